@@ -1,0 +1,1 @@
+"""cuda_agent.profiler"""

@@ -1,0 +1,201 @@
+"""The CLI conventions of ARCHITECTURE.md as reusable pieces for every package's typer app.
+
+- stdout carries records only; messages and progress go to stderr.
+- ``--on-error stop|skip|emit``: a malformed line stops with exit code 2 naming the line, is
+  skipped and counted, or is passed downstream as an ``ErrorRecord``.
+- ``-o FILE --resume``: inputs whose key is already in FILE are skipped; results are appended and
+  flushed one line at a time.
+- ``--shard i/n``: keep only the records whose key hashes to shard i of n.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from .jsonl import DecodeError, RecordWriter, done_keys, read_records
+from .types import AnyRecord, ErrorRecord, record_key
+
+
+class OnError(enum.StrEnum):
+    stop = "stop"
+    skip = "skip"
+    emit = "emit"
+
+
+InputArg = Annotated[
+    Path | None,
+    typer.Argument(help="Input JSONL file; stdin when omitted or '-'.", show_default=False),
+]
+OutputOpt = Annotated[
+    Path | None,
+    typer.Option("-o", "--output", help="Write records to FILE (appended) instead of stdout."),
+]
+ResumeOpt = Annotated[
+    bool, typer.Option("--resume", help="Skip inputs whose key is already in the -o FILE.")
+]
+OnErrorOpt = Annotated[
+    OnError,
+    typer.Option(
+        "--on-error",
+        help="Malformed input line: stop (exit 2), skip (count it) or emit (pass an error record).",
+    ),
+]
+ShardOpt = Annotated[
+    str | None, typer.Option("--shard", help="Process only shard i of n (e.g. 0/4) by record key.")
+]
+
+
+def log(msg: str) -> None:
+    """A message for people: always stderr, never stdout."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def fail(msg: str, code: int = 2) -> typer.Exit:
+    """Print ``msg`` to stderr and return the ``typer.Exit`` to raise."""
+    log(msg)
+    return typer.Exit(code)
+
+
+def parse_shard(spec: str | None) -> tuple[int, int] | None:
+    """``"i/n"`` -> ``(i, n)`` with 0 <= i < n; ``None`` passes through."""
+    if spec is None:
+        return None
+    try:
+        i_s, n_s = spec.split("/")
+        i, n = int(i_s), int(n_s)
+    except ValueError:
+        raise typer.BadParameter(f"--shard must look like i/n, got {spec!r}") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise typer.BadParameter(f"--shard {spec}: need 0 <= i < n")
+    return i, n
+
+
+def in_shard(key: str, shard: tuple[int, int] | None) -> bool:
+    """Whether ``key`` belongs to ``shard`` (stable across processes and machines)."""
+    if shard is None:
+        return True
+    h = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big")
+    return h % shard[1] == shard[0]
+
+
+def progress(iterable: Iterable[Any], desc: str, total: int | None = None) -> Iterable[Any]:
+    """Wrap an iterable in a progress bar on stderr, only when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        return iterable
+    from tqdm import tqdm
+
+    return tqdm(iterable, desc=desc, total=total, file=sys.stderr, unit="rec", dynamic_ncols=True)
+
+
+@dataclass
+class StreamStats:
+    read: int = 0
+    written: int = 0
+    skipped_done: int = 0
+    skipped_shard: int = 0
+    bad_lines: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+    by_kind: dict[str, int] = field(default_factory=dict)
+
+    def summary(self, what: str = "records") -> str:
+        parts = [f"{self.read} read", f"{self.written} written"]
+        if self.skipped_done:
+            parts.append(f"{self.skipped_done} already done")
+        if self.skipped_shard:
+            parts.append(f"{self.skipped_shard} in other shards")
+        if self.bad_lines:
+            parts.append(f"{self.bad_lines} malformed")
+        if self.failed:
+            parts.append(f"{self.failed} failed")
+        return f"{what}: " + ", ".join(parts) + f" in {self.seconds:.1f}s"
+
+
+def run_stream(
+    process: Callable[[Any], Iterable[Any]],
+    *,
+    input: Path | None = None,
+    output: Path | None = None,
+    resume: bool = False,
+    on_error: OnError = OnError.stop,
+    type: Any = AnyRecord,
+    expect: tuple[type, ...] | None = None,
+    key: Callable[[Any], str] = record_key,
+    shard: tuple[int, int] | None = None,
+    desc: str = "records",
+    quiet: bool = False,
+) -> StreamStats:
+    """Read records, call ``process`` on each, write what it yields; the conventions above.
+
+    ``expect`` restricts the accepted record kinds (a wrong kind is a malformed line). An
+    exception raised by ``process`` is handled like a malformed line but stops with exit code 1.
+    Raises ``typer.Exit`` on a stop.
+    """
+    if resume and output is None:
+        raise fail("--resume needs -o FILE (the file whose records are already done)")
+    stats = StreamStats()
+    t0 = time.monotonic()
+    done = done_keys(output) if (resume and output is not None) else set()
+    if done:
+        log(f"resume: {len(done)} records already in {output}")
+    source = str(input) if input is not None else "<stdin>"
+    with RecordWriter(output, append=True) as writer:
+
+        def handle_bad(n: int, message: str, raw: bytes | str, code: int) -> None:
+            stats.bad_lines += 1 if code == 2 else 0
+            stats.failed += 1 if code != 2 else 0
+            if on_error is OnError.stop:
+                raise fail(f"line {n}: {message}", code)
+            if on_error is OnError.emit:
+                raw_s = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+                writer.write(ErrorRecord(line=n, message=message, raw=raw_s[:2000], source=source))
+                stats.written += 1
+            else:
+                log(f"line {n}: {message} (skipped)")
+
+        for n, rec in progress(read_records(input, type), desc=desc):
+            stats.read += 1
+            if isinstance(rec, DecodeError):
+                handle_bad(n, rec.message, rec.raw, 2)
+                continue
+            if expect is not None and not isinstance(rec, expect):
+                kinds = " or ".join(t.__struct_config__.tag for t in expect)
+                got = rec.__struct_config__.tag
+                handle_bad(n, f"expected a {kinds} record, got {got!r}", "", 2)
+                continue
+            k = key(rec)
+            if k in done:
+                stats.skipped_done += 1
+                continue
+            if not in_shard(k, shard):
+                stats.skipped_shard += 1
+                continue
+            kind = rec.__struct_config__.tag
+            stats.by_kind[kind] = stats.by_kind.get(kind, 0) + 1
+            try:
+                outs = list(process(rec))
+            except typer.Exit:
+                raise
+            except Exception as e:  # noqa: BLE001 - reported with the line number
+                handle_bad(n, f"{type_name(e)}: {e}", "", 1)
+                continue
+            for out in outs:
+                writer.write(out)
+                stats.written += 1
+    stats.seconds = time.monotonic() - t0
+    if not quiet:
+        log(stats.summary(desc))
+    return stats
+
+
+def type_name(e: BaseException) -> str:
+    return e.__class__.__name__
