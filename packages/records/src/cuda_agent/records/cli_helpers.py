@@ -170,7 +170,7 @@ def run_stream(
             if expect is not None and not isinstance(rec, expect):
                 kinds = " or ".join(t.__struct_config__.tag for t in expect)
                 got = rec.__struct_config__.tag
-                handle_bad(n, f"expected a {kinds} record, got {got!r}", "", 2)
+                handle_bad(n, f"expected kind {kinds}, got {got!r}", "", 2)
                 continue
             k = key(rec)
             if k in done:
