@@ -1,0 +1,207 @@
+"""``kernelbench-eval``: KernelBench tasks, solution import, evaluation and the paper's report."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from cuda_agent.records import EvalResult, RecordWriter, Task
+from cuda_agent.records.cli_helpers import InputArg, OnError, OnErrorOpt, fail, log, run_stream
+from cuda_agent.records.jsonl import DecodeError, load_records
+
+app = typer.Typer(
+    help="""Evaluate solutions on a KernelBench checkout and report the CUDA Agent paper's table.
+
+Example (a KernelBench clone in ~/KernelBench, solutions in ./my_kernels):
+
+  kernelbench-eval tasks --root ~/KernelBench --levels 1,2 > tasks.jsonl
+
+  kernelbench-eval solutions --dir my_kernels < tasks.jsonl > candidates.jsonl
+
+  sandbox eval < candidates.jsonl > results.jsonl
+
+  kernelbench-eval report --tasks tasks.jsonl --out-dir report/ < results.jsonl
+""",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.command()
+def tasks(
+    root: Annotated[Path, typer.Option(help="KernelBench clone (or its KernelBench/ folder).")],
+    levels: Annotated[str, typer.Option(help="Levels, e.g. 1,2,3.")] = "1,2,3",
+    problems: Annotated[str | None, typer.Option(help="Problem ids, e.g. 1-20,40.")] = None,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Exit 2 when any problem file breaks the contract.")
+    ] = False,
+) -> None:
+    """Read KernelBench/level{N}/{id}_{Name}.py files into Task records on stdout.
+
+    Example: kernelbench-eval tasks --root ~/KernelBench --levels 1 --problems 1-10 > tasks.jsonl
+    """
+    from .tree import ProblemIssue, TreeError, iter_problems, parse_ranges
+
+    try:
+        lv = parse_ranges(levels)
+        pr = parse_ranges(problems)
+        items = list(iter_problems(root, lv, pr))
+    except (TreeError, ValueError) as e:
+        raise fail(str(e)) from None
+    issues = [i for i in items if isinstance(i, ProblemIssue)]
+    w = RecordWriter(None)
+    for t in items:
+        if isinstance(t, Task):
+            w.write(t)
+    for i in issues:
+        log(f"{i.path}: {i.message}")
+    log(f"tasks: {w.count} problems, {len(issues)} files skipped for breaking the contract")
+    if strict and issues:
+        raise typer.Exit(2)
+
+
+@app.command()
+def solutions(
+    input: InputArg = None,
+    dir: Annotated[Path | None, typer.Option("--dir", help="Folder of solutions.")] = None,
+    jsonl: Annotated[
+        Path | None, typer.Option("--jsonl", help="JSONL of solution entries.")
+    ] = None,
+    on_error: OnErrorOpt = OnError.stop,
+) -> None:
+    """Pair solutions with the tasks read on stdin; write Candidate records.
+
+    --dir accepts level_1_problem_19_sample_0_kernel.py files, level1/19_ReLU.py files, and
+    level1/19_ReLU/ CUDA-Agent workdirs (model_new.py + kernels/). --jsonl accepts lines
+    {"level": 1, "problem_id": 19, "code": "..."} or {..., "files": {"model_new.py": ...}}.
+    Tasks with no solution are listed on stderr; they count as failures in the report.
+
+    Example: kernelbench-eval solutions --dir runs/kernels < tasks.jsonl > candidates.jsonl
+    """
+    from .solutions import import_solutions, scan_dir, scan_jsonl
+
+    if (dir is None) == (jsonl is None):
+        raise fail("give exactly one of --dir or --jsonl")
+    task_list: list[Task] = []
+    run_stream(
+        lambda t: task_list.append(t) or (),
+        input=input,
+        on_error=on_error,
+        expect=(Task,),
+        key=lambda r: "",
+        quiet=True,
+    )
+    try:
+        found, bad = scan_dir(dir) if dir is not None else scan_jsonl(jsonl)
+    except DecodeError as e:
+        raise fail(f"{jsonl}: {e}") from None
+    rep = import_solutions(task_list, found)
+    w = RecordWriter(None)
+    for c in rep.candidates:
+        w.write(c)
+    for b in bad:
+        log(f"unreadable: {b}")
+    for o in rep.orphans:
+        log(f"no such task in the input: {o}")
+    if rep.missing:
+        names = ", ".join(f"L{t.level}/{t.problem_id}" for t in rep.missing[:20])
+        more = "" if len(rep.missing) <= 20 else f" (+{len(rep.missing) - 20} more)"
+        log(f"{len(rep.missing)} tasks have no solution (count as failures): {names}{more}")
+    log(f"solutions: {len(rep.candidates)} candidates for {len(task_list)} tasks")
+
+
+@app.command()
+def report(
+    input: InputArg = None,
+    tasks_file: Annotated[
+        Path | None,
+        typer.Option("--tasks", help="The tasks evaluated (problems without a result = failures)."),
+    ] = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out-dir", help="Write report.json, report.md, speedup.png here."),
+    ] = None,
+    threshold: Annotated[float, typer.Option(help="Margin for '>5% faster'.")] = 0.05,
+    on_error: OnErrorOpt = OnError.stop,
+) -> None:
+    """Summarise EvalResult records per level and overall; JSON on stdout.
+
+    Without --tasks, the level and problem id come from each result's meta (set by `run`).
+
+    Example: kernelbench-eval report --tasks tasks.jsonl --out-dir report/ < results.jsonl
+    """
+    from . import metrics as M
+    from .report import markdown, plot
+
+    results: list[EvalResult] = []
+    run_stream(
+        lambda r: results.append(r) or (),
+        input=input,
+        on_error=on_error,
+        expect=(EvalResult,),
+        key=lambda r: "",
+        quiet=True,
+    )
+    if tasks_file is not None:
+        try:
+            task_list = load_records(tasks_file, Task)
+        except DecodeError as e:
+            raise fail(f"{tasks_file}: {e}") from None
+    else:
+        task_list = tasks_from_results(results)
+    if not task_list:
+        raise fail(
+            "no problems to report (give --tasks, or results carrying level/problem_id meta)"
+        )
+    outs = M.outcomes(task_list, results)
+    rows = M.compute_metrics(outs, threshold)
+    guards = sorted({str(r.meta.get("guard_policy", "?")) for r in results}) or ["?"]
+    tols = sorted(
+        {f"{r.correctness.atol:g}/{r.correctness.rtol:g}" for r in results if r.correctness}
+    )
+    devices = sorted({r.device for r in results}) or ["?"]
+    settings = {
+        "threshold": f"{threshold:.0%}",
+        "guard policy": ",".join(guards),
+        "atol/rtol": ",".join(tols) or "?",
+        "device": ",".join(devices),
+        "results": len(results),
+    }
+    doc = {
+        "settings": settings,
+        "levels": [r.as_dict() for r in rows],
+        "problems": [o.__dict__ for o in outs],
+        "definitions": M.__doc__,
+    }
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "report.json").write_text(json.dumps(doc, indent=2) + "\n")
+        (out_dir / "report.md").write_text(markdown(rows, settings))
+        plot(outs, out_dir / "speedup.png")
+        log(f"report written to {out_dir}/ (report.json, report.md, speedup.png)")
+
+
+def tasks_from_results(results: list[EvalResult]) -> list[Task]:
+    """Minimal tasks rebuilt from result meta (level, problem_id, name)."""
+    seen: dict[str, Task] = {}
+    for r in results:
+        m = r.meta
+        if "level" in m and "problem_id" in m and r.task_id not in seen:
+            seen[r.task_id] = Task(
+                id=r.task_id,
+                name=str(m.get("name", r.task_id)),
+                ref_code="",
+                source="kernelbench",
+                level=int(m["level"]),
+                problem_id=int(m["problem_id"]),
+            )
+    return list(seen.values())
+
+
+if __name__ == "__main__":
+    app()

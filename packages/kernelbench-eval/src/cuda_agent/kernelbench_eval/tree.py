@@ -1,0 +1,97 @@
+"""Read a KernelBench checkout (``KernelBench/level{N}/{id}_{Name}.py``) into ``Task`` records."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from cuda_agent.profiler.program import ProgramError, check_contract
+from cuda_agent.records import Task
+
+PROBLEM_FILE = re.compile(r"^(\d+)_(.+)\.py$")
+LEVEL_DIR = re.compile(r"^level(\d+)$")
+
+
+class TreeError(ValueError):
+    """The path is not a KernelBench checkout."""
+
+
+@dataclass
+class ProblemIssue:
+    """A problem file that could not become a task, and why."""
+
+    path: Path
+    message: str
+
+
+def find_levels_dir(root: Path) -> Path:
+    """The folder holding ``level1/`` ...: ``root/KernelBench`` (a clone) or ``root`` itself."""
+    root = Path(root)
+    for cand in (root / "KernelBench", root):
+        if cand.is_dir() and any(LEVEL_DIR.match(p.name) for p in cand.iterdir() if p.is_dir()):
+            return cand
+    raise TreeError(
+        f"{root}: no KernelBench/level*/ folders found (expected a clone of the KernelBench "
+        "repository, or its KernelBench/ folder)"
+    )
+
+
+def parse_ranges(spec: str | None) -> set[int] | None:
+    """``"1-20,40"`` -> {1..20, 40}; ``None`` -> no filter."""
+    if spec is None or spec.strip() in ("", "all"):
+        return None
+    out: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise ValueError(f"bad range {part!r} (use e.g. 1-20,40)")
+        lo = int(m.group(1))
+        hi = int(m.group(2) or lo)
+        if hi < lo:
+            raise ValueError(f"bad range {part!r}: end before start")
+        out.update(range(lo, hi + 1))
+    return out
+
+
+def iter_problems(
+    root: Path, levels: set[int] | None = None, problems: set[int] | None = None
+) -> Iterator[Task | ProblemIssue]:
+    """Tasks of the checkout in (level, problem id) order; files breaking the contract come back
+    as :class:`ProblemIssue` instead of being skipped silently."""
+    base = find_levels_dir(root)
+    level_dirs = []
+    for d in base.iterdir():
+        m = LEVEL_DIR.match(d.name)
+        if d.is_dir() and m and (levels is None or int(m.group(1)) in levels):
+            level_dirs.append((int(m.group(1)), d))
+    for level, d in sorted(level_dirs):
+        files = []
+        for f in d.iterdir():
+            m = PROBLEM_FILE.match(f.name)
+            if f.is_file() and m:
+                files.append((int(m.group(1)), m.group(2), f))
+        for pid, name, f in sorted(files):
+            if problems is not None and pid not in problems:
+                continue
+            source = f.read_text()
+            try:
+                missing = check_contract(source)
+            except ProgramError as e:
+                yield ProblemIssue(f, str(e))
+                continue
+            if missing:
+                yield ProblemIssue(f, f"does not define {', '.join(missing)}")
+                continue
+            yield Task.make(
+                name,
+                source,
+                source="kernelbench",
+                level=level,
+                problem_id=pid,
+                meta={
+                    "path": str(f.relative_to(base.parent if base.name == "KernelBench" else base))
+                },
+            )
