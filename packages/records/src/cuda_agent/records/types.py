@@ -42,6 +42,7 @@ class TimingStats(msgspec.Struct, kw_only=True):
     ci95_low_ms: float | None = None
     ci95_high_ms: float | None = None
     discarded: int = 0  # samples dropped (throttled clock, outliers the protocol rejects)
+    flags: list[str] = []  # protocol findings, e.g. "async_work", "cuda_graph", "time_cap"
 
 
 class Baseline(msgspec.Struct, kw_only=True):
