@@ -1,0 +1,73 @@
+"""The timing protocol's version and its knobs."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Literal
+
+#: Goes into every result (TimingDetail, Baseline, cache keys). Bump when the protocol changes
+#: in a way that moves numbers: warm-up rule, flush, statistic, stop rule, sample selection.
+PROTOCOL_VERSION = "ca-timing-1"
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    """How :func:`cuda_agent.profiler.measure` and :func:`paired` sample a program.
+
+    Times are per call. Defaults are the protocol of :data:`PROTOCOL_VERSION`; callers may
+    tighten them (tests) but results then say which config was used only through their flags.
+    """
+
+    # warm-up: at least this long AND this many calls, then until the last window is stable
+    warmup_ms: float = 200.0
+    warmup_min_calls: int = 3
+    warmup_window: int = 3
+    warmup_stable_rel: float = 0.02
+    warmup_max_s: float = 5.0
+    # adaptive sampling: stop when rel. standard error of the median <= target_rse
+    min_samples: int = 10
+    max_samples: int = 2000
+    target_rse: float = 0.005
+    time_cap_s: float = 10.0
+    # L2: flush with a buffer of l2_flush_factor * L2 size before every timed call
+    flush_l2: bool = True
+    l2_flush_factor: float = 2.0
+    reset_persisting_l2: bool = True
+    cpu_flush_bytes: int = 8 << 20
+    # fresh values: multiply floating inputs by (1 + jitter * N(0,1)) before every call/round
+    fresh_values: bool = True
+    jitter: float = 1e-3
+    # CUDA graph replay for short programs (applied to every side of a paired comparison)
+    cuda_graph: Literal["auto", "on", "off"] = "auto"
+    graph_threshold_ms: float = 0.020
+    # clocks: discard samples taken while the SM clock was throttled (never change clocks)
+    discard_throttled: bool = True
+    throttle_rel: float = 0.10
+    max_discard_fraction: float = 0.5
+    # cross-checks
+    thread_join_timeout_s: float = 30.0
+    trace_check: bool = True
+    trace_calls: int = 3
+    # bootstrap for paired speed-up CIs
+    bootstrap: int = 2000
+    seed: int = 0
+
+    def with_(self, **kw: Any) -> TimingConfig:
+        """A copy with some fields replaced (unknown names raise ``TypeError``)."""
+        return replace(self, **kw)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> TimingConfig:
+        """Build from a dict, ignoring unknown keys (configs from newer versions still load)."""
+        names = {f.name for f in fields(TimingConfig)}
+        return TimingConfig(**{k: v for k, v in d.items() if k in names})
+
+
+def quick_config(**kw: Any) -> TimingConfig:
+    """A short config for smoke tests and the CPU path: little warm-up, 1 s cap."""
+    base = dict(warmup_ms=20.0, warmup_max_s=1.0, time_cap_s=1.0, max_samples=200, bootstrap=500)
+    base.update(kw)
+    return TimingConfig(**base)
