@@ -3,7 +3,6 @@
 import math
 
 import pytest
-
 from cuda_agent.kernelbench_eval.metrics import (
     ProblemOutcome,
     compute_metrics,
