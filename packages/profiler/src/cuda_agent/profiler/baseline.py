@@ -1,0 +1,314 @@
+"""Eager and ``torch.compile`` baselines of a task, timed in a fresh subprocess, with a disk cache.
+
+The cache key is (task hash, device name, torch version, protocol version, compile mode, backend);
+the cache lives in ``$CUDA_AGENT_CACHE/baselines`` (default ``~/.cache/cuda-agent/baselines``).
+Failures (timeouts, crashes, compile errors) are returned as ``Baseline.error`` and not cached.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from cuda_agent.records import Baseline, Task, TimingStats, content_id
+
+from .config import PROTOCOL_VERSION, TimingConfig
+
+
+def cache_root() -> Path:
+    """``$CUDA_AGENT_CACHE`` or ``~/.cache/cuda-agent``."""
+    env = os.environ.get("CUDA_AGENT_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "cuda-agent"
+
+
+def torch_version() -> str:
+    """The installed torch version without importing torch."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return "none"
+
+
+def device_name(device: str = "cuda") -> str:
+    """Name of ``device`` without creating a CUDA context (NVML), e.g. ``NVIDIA H200``.
+
+    CPU: the processor model from /proc/cpuinfo (or ``platform.processor()``).
+    """
+    if device.startswith("cuda"):
+        idx = int(device.split(":")[1]) if ":" in device else 0
+        try:
+            import pynvml
+
+            from .timing import _nvml_index
+
+            pynvml.nvmlInit()
+            h = pynvml.nvmlDeviceGetHandleByIndex(_nvml_index(idx))
+            name = pynvml.nvmlDeviceGetName(h)
+            return name.decode() if isinstance(name, bytes) else str(name)
+        except Exception:  # noqa: BLE001 - fall back to torch (creates a context)
+            import torch
+
+            return torch.cuda.get_device_name(idx)
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return "cpu:" + line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return "cpu:" + (platform.processor() or platform.machine())
+
+
+@dataclass
+class BaselineCache:
+    """Baselines on disk, one JSON file per key."""
+
+    root: Path | None = None
+
+    @property
+    def dir(self) -> Path:
+        return (self.root or cache_root() / "baselines").expanduser()
+
+    @staticmethod
+    def key(
+        task_hash: str,
+        device_name: str,
+        torch_version: str,
+        compile_mode: str,
+        backend: str,
+        protocol: str = PROTOCOL_VERSION,
+    ) -> str:
+        return content_id(task_hash, device_name, torch_version, protocol, compile_mode, backend)
+
+    def path(self, key: str) -> Path:
+        return self.dir / f"{key}.json"
+
+    def get(self, key: str) -> Baseline | None:
+        """The cached baseline, or None (a corrupt file counts as a miss)."""
+        p = self.path(key)
+        try:
+            return msgspec.json.decode(p.read_bytes(), type=Baseline)
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+            return None
+
+    def put(self, key: str, b: Baseline) -> None:
+        """Store atomically (write a temp file, then rename)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        p = self.path(key)
+        tmp = p.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_bytes(msgspec.json.encode(b))
+        os.replace(tmp, p)
+
+
+def task_hash(task: Task | str) -> str:
+    """Hash of the reference source (the task's identity for timing)."""
+    return content_id(task.ref_code if isinstance(task, Task) else task)
+
+
+# ---------------------------------------------------------------- in-process helpers
+
+
+def tensor_bytes(obj: Any) -> int:
+    """Bytes of all tensors in a (nested) list/tuple/dict."""
+    from .timing import _iter_tensors
+
+    return sum(t.numel() * t.element_size() for t in _iter_tensors(obj))
+
+
+def make_input_pool(
+    program: Any,
+    device: str,
+    *,
+    seed: int = 0,
+    max_sets: int = 3,
+    budget_bytes: int | None = None,
+) -> list[list[Any]]:
+    """Up to ``max_sets`` input sets of ``program`` (seeds ``seed``, ``seed+1``, ...) within a budget.
+
+    The budget defaults to a quarter of free device memory (CUDA) or 1 GiB (CPU); at least one set
+    is always returned.
+    """
+    first = program.make_inputs(device=device, seed=seed)
+    nb = max(tensor_bytes(first), 1)
+    if budget_bytes is None:
+        if device.startswith("cuda"):
+            import torch
+
+            free, _ = torch.cuda.mem_get_info(torch.device(device))
+            budget_bytes = free // 4
+        else:
+            budget_bytes = 1 << 30
+    k = int(max(1, min(max_sets, budget_bytes // nb)))
+    return [first] + [program.make_inputs(device=device, seed=seed + i) for i in range(1, k)]
+
+
+def time_program(
+    ref_source: str,
+    *,
+    device: str = "cuda",
+    new_source: str | None = None,
+    compile_mode: str | None = None,
+    eager: bool = True,
+    config: TimingConfig | None = None,
+    seed: int = 0,
+    max_sets: int = 3,
+):
+    """Time a KernelBench-format program in this process: eager ``Model``, optionally its
+    ``torch.compile`` (``compile_mode``) and a ``ModelNew`` from ``new_source``, interleaved.
+
+    Returns the :class:`~cuda_agent.profiler.timing.PairedResult` with sides named ``eager``,
+    ``compile`` and ``new``. Models are built with the same init seed; compile is triggered once
+    before timing, so compilation time is never in a sample.
+    """
+    import torch
+
+    from .program import Program
+    from .timing import paired
+
+    ref = Program.from_source(ref_source, name="kb_reference")
+    fns: dict[str, Any] = {}
+    model = ref.make_model(device=device, seed=seed)
+    pool = make_input_pool(ref, device, seed=seed + 1000, max_sets=max_sets)
+    if eager:
+        fns["eager"] = model
+    if compile_mode is not None:
+        compiled = torch.compile(model, mode=None if compile_mode == "default" else compile_mode)
+        with torch.no_grad():
+            compiled(*pool[0])
+        fns["compile"] = compiled
+    if new_source is not None:
+        new = Program.from_source(new_source, name="kb_solution", cls_name="ModelNew")
+        fns["new"] = new.make_model(device=device, seed=seed, init_inputs=ref.init_inputs())
+    if not fns:
+        raise ValueError("nothing to time: eager=False and no compile_mode or new_source")
+    return paired(fns, pool, device=device, config=config)
+
+
+# ---------------------------------------------------------------- subprocess baseline
+
+
+def _stats(d: dict[str, Any] | None) -> TimingStats | None:
+    return None if d is None else msgspec.convert(d, TimingStats)
+
+
+def run_worker(
+    request: dict[str, Any], *, timeout_s: float, python: str | None = None
+) -> tuple[list[dict[str, Any]], str | None, str]:
+    """Run ``python -m cuda_agent.profiler.worker`` on ``request`` in a new process group.
+
+    Returns (JSON lines it printed, error or None, stderr tail). On timeout the whole group is
+    killed and the lines printed so far are kept.
+    """
+    cmd = [python or sys.executable, "-m", "cuda_agent.profiler.worker"]
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    err: str | None = None
+    try:
+        out, errb = proc.communicate(json.dumps(request).encode(), timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, errb = proc.communicate()
+        err = f"timeout after {timeout_s:.0f}s"
+    lines = []
+    for line in out.decode(errors="replace").splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            with contextlib.suppress(json.JSONDecodeError):
+                lines.append(json.loads(line))
+    tail = errb.decode(errors="replace")[-4000:]
+    if err is None and proc.returncode != 0:
+        sig = -proc.returncode if proc.returncode < 0 else None
+        err = f"worker exited with {'signal ' + str(sig) if sig else proc.returncode}"
+        last = [ln for ln in tail.strip().splitlines() if ln.strip()]
+        if last:
+            err += f": {last[-1][:500]}"
+    return lines, err, tail
+
+
+def baseline_for_task(
+    task: Task | str,
+    *,
+    device: str = "cuda",
+    compile_mode: str | None = "default",
+    timeout_s: float = 600.0,
+    config: TimingConfig | None = None,
+    cache: BaselineCache | None = None,
+    recompute: bool = False,
+    seed: int = 0,
+) -> Baseline:
+    """Eager (and ``torch.compile`` unless ``compile_mode`` is None) times of a task's reference.
+
+    Runs in a fresh subprocess with a timeout (compile can hang or crash): eager is measured
+    first, then eager and compiled interleaved; if compile fails or times out, the eager
+    result is kept and ``error`` says what happened. Successful results are cached unless
+    ``cache`` is given as ``BaselineCache(root=Path("/dev/null"))``-like or ``recompute``.
+    """
+    ref = task.ref_code if isinstance(task, Task) else task
+    backend = "cuda" if device.startswith("cuda") else "cpu"
+    dname = device_name(device)
+    tver = torch_version()
+    mode = compile_mode or "none"
+    cache = cache if cache is not None else BaselineCache()
+    key = BaselineCache.key(task_hash(ref), dname, tver, mode, backend)
+    if not recompute:
+        hit = cache.get(key)
+        if hit is not None:
+            return hit
+    request = {
+        "op": "baseline",
+        "ref_code": ref,
+        "device": device,
+        "compile_mode": compile_mode,
+        "config": (config or TimingConfig()).to_dict(),
+        "seed": seed,
+    }
+    t0 = time.monotonic()
+    lines, err, tail = run_worker(request, timeout_s=timeout_s)
+    eager = compiled = None
+    wname, wver = dname, tver
+    for d in lines:
+        if d.get("stage") == "info":
+            wname, wver = d.get("device_name", wname), d.get("torch_version", wver)
+        elif d.get("stage") == "eager":
+            eager = _stats(d["stats"])
+        elif d.get("stage") == "paired":
+            eager = _stats(d["eager"]) or eager
+            compiled = _stats(d.get("compile"))
+        elif d.get("stage") == "error":
+            err = d.get("message") or err
+    if err is None and compile_mode is not None and compiled is None:
+        err = "worker printed no compile result"
+    if eager is None and err is None:
+        err = "worker printed no result: " + tail[-500:]
+    b = Baseline(
+        device=wname,
+        torch_version=wver,
+        protocol_version=PROTOCOL_VERSION,
+        eager=eager,
+        compile=compiled,
+        compile_mode=mode,
+        backend=backend,
+        error=err,
+    )
+    if err is None:
+        cache.put(key, b)
+    del t0
+    return b

@@ -1,0 +1,80 @@
+"""Subprocess entry: ``python -m cuda_agent.profiler.worker`` reads one JSON request on stdin and
+prints JSON lines on stdout as results become available (so a timeout keeps partial results).
+
+Requests: ``{"op": "baseline", "ref_code", "device", "compile_mode", "config", "seed"}``.
+Lines: ``{"stage": "info"|"eager"|"paired"|"error", ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from typing import Any
+
+import msgspec
+
+
+def _emit(d: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(d) + "\n")
+    sys.stdout.flush()
+
+
+def _baseline(req: dict[str, Any]) -> int:
+    import torch
+
+    from .baseline import device_name, make_input_pool
+    from .config import TimingConfig
+    from .program import Program
+    from .timing import measure, paired
+
+    device = req.get("device", "cuda")
+    cfg = TimingConfig.from_dict(req.get("config") or {})
+    seed = int(req.get("seed", 0))
+    _emit({"stage": "info", "device_name": device_name(device), "torch_version": torch.__version__})
+    ref = Program.from_source(req["ref_code"], name="kb_reference")
+    model = ref.make_model(device=device, seed=seed)
+    pool = make_input_pool(ref, device, seed=seed + 1000)
+    eager = measure(model, pool, device=device, config=cfg)
+    _emit({"stage": "eager", "stats": msgspec.to_builtins(eager)})
+    mode = req.get("compile_mode")
+    if mode is None:
+        return 0
+    try:
+        compiled = torch.compile(model, mode=None if mode == "default" else mode)
+        with torch.no_grad():
+            compiled(*pool[0])
+    except Exception as e:  # noqa: BLE001 - reported, eager is kept
+        _emit(
+            {"stage": "error", "message": f"torch.compile failed: {type(e).__name__}: {e}"[:2000]}
+        )
+        return 0
+    res = paired({"eager": model, "compile": compiled}, pool, device=device, config=cfg)
+    _emit(
+        {
+            "stage": "paired",
+            "eager": msgspec.to_builtins(res.stats["eager"]),
+            "compile": msgspec.to_builtins(res.stats["compile"]),
+            "speedup_ci": list(res.speedup_ci("eager", "compile")),
+            "flags": res.flags,
+        }
+    )
+    return 0
+
+
+def main() -> int:
+    req = json.loads(sys.stdin.read())
+    op = req.get("op")
+    try:
+        if op == "baseline":
+            return _baseline(req)
+        _emit({"stage": "error", "message": f"unknown op {op!r}"})
+        return 2
+    except Exception as e:  # noqa: BLE001 - the parent gets the message, the log gets the trace
+        traceback.print_exc()
+        _emit({"stage": "error", "message": f"{type(e).__name__}: {e}"[:2000]})
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
