@@ -1,0 +1,1 @@
+"""The ReAct agent: tools, tool-call parsing, policy backends, episodes."""
