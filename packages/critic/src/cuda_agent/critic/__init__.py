@@ -1,0 +1,1 @@
+"""Critic: value model, token-level GAE, value pretraining."""

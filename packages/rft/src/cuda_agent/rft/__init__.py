@@ -1,0 +1,1 @@
+"""Rejection fine-tuning (RFT): trajectory selection and policy-token SFT; shared training backends."""
