@@ -1,8 +1,191 @@
+"""``opsynth``: crawl seed operators, compose fused tasks, filter, dedup, import Ops-6K.
+
+Every command writes Task records as JSONL on stdout (or ``-o FILE``); messages go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from cuda_agent.records.cli_helpers import (
+    InputArg,
+    OnErrorOpt,
+    OutputOpt,
+    ResumeOpt,
+    ShardOpt,
+    fail,
+    log,
+)
+from cuda_agent.records.cli_helpers import OnError as OnErrorT
 
-app = typer.Typer(help="opsynth (under construction)", no_args_is_help=True, add_completion=False)
+app = typer.Typer(
+    help="Synthesise fused PyTorch operator tasks (a CUDA-Agent-Ops-6K-class training set).\n\n"
+    "Example: opsynth compose --n 100 --seed 0 | opsynth filter --backend cpu | "
+    "opsynth dedup --kernelbench ~/KernelBench > tasks.jsonl",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+SizeOpt = Annotated[
+    str,
+    typer.Option(
+        "--size",
+        help="Size preset of shapes: gpu (KernelBench level-2 sizes), cpu, tiny (tests).",
+    ),
+]
+CategoryOpt = Annotated[
+    list[str] | None,
+    typer.Option("--category", "-c", help="Only seeds of this category (repeatable)."),
+]
 
 
-@app.callback()
-def _main() -> None:
-    """opsynth."""
+def _check_size(size: str) -> None:
+    from .builder import SIZE_PRESETS
+
+    if size not in SIZE_PRESETS:
+        raise fail(f"--size must be one of {', '.join(SIZE_PRESETS)}, got {size!r}")
+
+
+def _check_categories(categories: list[str] | None) -> None:
+    from .catalog import CATEGORIES
+
+    for c in categories or []:
+        if c not in CATEGORIES:
+            raise fail(f"unknown category {c!r}; known: {', '.join(CATEGORIES)}")
+
+
+def _parse_lengths(spec: str | None) -> dict[int, float] | None:
+    if not spec:
+        return None
+    out: dict[int, float] = {}
+    try:
+        for part in spec.split(","):
+            k, v = part.split(":")
+            out[int(k)] = float(v)
+    except ValueError:
+        raise typer.BadParameter(f"--lengths must look like 2:0.3,3:0.4, got {spec!r}") from None
+    return out
+
+
+@app.command()
+def crawl(
+    output: OutputOpt = None,
+    size: SizeOpt = "gpu",
+    category: CategoryOpt = None,
+    probe: Annotated[
+        bool, typer.Option("--probe/--no-probe", help="Run each seed on the CPU (RNG probe).")
+    ] = True,
+    coverage: Annotated[
+        bool,
+        typer.Option("--coverage", help="Print which torch nn modules / F functions are covered."),
+    ] = False,
+) -> None:
+    """One single-operator Task per seed in the catalogue that exists in the installed torch.
+
+    Example: opsynth crawl --size gpu > seeds.jsonl
+    """
+    _check_size(size)
+    _check_categories(category)
+    from cuda_agent.records.jsonl import RecordWriter
+
+    from .crawl import coverage as cov
+    from .crawl import crawl as do_crawl
+
+    if coverage:
+        c = cov()
+        log(f"covered ops: {len(c['covered'])}")
+        log(f"nn modules not covered ({len(c['nn_not_covered'])}): {' '.join(c['nn_not_covered'])}")
+        log(f"F functions not covered ({len(c['F_not_covered'])}): {' '.join(c['F_not_covered'])}")
+    counts: dict[str, int] = {}
+    n_stoch = 0
+    with RecordWriter(output) as w:
+        for t in do_crawl(size=size, categories=category, probe=probe, log=log):
+            w.write(t)
+            cat = t.meta["categories"][0]
+            counts[cat] = counts.get(cat, 0) + 1
+            n_stoch += bool(t.meta.get("stochastic"))
+    log(
+        f"crawl: {sum(counts.values())} seeds ({n_stoch} stochastic): "
+        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    )
+
+
+@app.command()
+def compose(
+    n: Annotated[int, typer.Option("--n", help="Number of distinct tasks to write.")] = 100,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed (same seed, same tasks).")] = 0,
+    max_ops: Annotated[int, typer.Option("--max-ops", help="Longest chain (1-5).")] = 5,
+    lengths: Annotated[
+        str | None,
+        typer.Option(
+            "--lengths",
+            help="Length weights, e.g. '1:0.05,2:0.25,3:0.35,4:0.25,5:0.1' (the default).",
+        ),
+    ] = None,
+    heavy_first: Annotated[
+        float, typer.Option("--heavy-first", help="P(chain starts with GEMM/conv/attention).")
+    ] = 0.75,
+    second_heavy: Annotated[
+        float, typer.Option("--second-heavy", help="P(a later position is another heavy op).")
+    ] = 0.15,
+    size: SizeOpt = "gpu",
+    category: CategoryOpt = None,
+    allow_stochastic: Annotated[
+        bool,
+        typer.Option("--allow-stochastic", help="Also draw stochastic seeds (dropout, noise)."),
+    ] = False,
+    output: OutputOpt = None,
+    resume: ResumeOpt = False,
+) -> None:
+    """Chain 1..max-ops seeds into fused tasks whose shapes agree (KernelBench level-2 style).
+
+    Example: opsynth compose --n 500 --max-ops 5 --seed 0 --size gpu -o composed.jsonl
+    """
+    _check_size(size)
+    _check_categories(category)
+    if not 1 <= max_ops <= 5:
+        raise fail("--max-ops must be in 1..5")
+    from cuda_agent.records.jsonl import RecordWriter, done_keys
+
+    from .compose import DEFAULT_LENGTH_WEIGHTS, ComposeConfig, ComposeError
+    from .compose import compose as do_compose
+
+    if resume and output is None:
+        raise fail("--resume needs -o FILE")
+    cfg = ComposeConfig(
+        max_ops=max_ops,
+        length_weights=_parse_lengths(lengths) or dict(DEFAULT_LENGTH_WEIGHTS),
+        heavy_first=heavy_first,
+        second_heavy=second_heavy,
+        size=size,
+        include_stochastic=allow_stochastic,
+        categories=category,
+    )
+    done = done_keys(output) if resume and output is not None else set()
+    hist: dict[int, int] = {}
+    written = 0
+    try:
+        with RecordWriter(output) as w:
+            for t in do_compose(n, seed, cfg):
+                hist[t.meta["n_ops"]] = hist.get(t.meta["n_ops"], 0) + 1
+                if t.id in done:
+                    continue
+                w.write(t)
+                written += 1
+    except (ComposeError, ValueError) as e:
+        raise fail(f"compose: {e}") from None
+    skipped = f", {len(done)} already in {output}" if done else ""
+    log(
+        f"compose: {written} tasks written{skipped}; lengths "
+        + ", ".join(f"{k}:{v}" for k, v in sorted(hist.items()))
+    )
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+_ = (InputArg, OnErrorOpt, ShardOpt, OnErrorT, json, Path)
