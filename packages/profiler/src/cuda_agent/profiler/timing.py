@@ -650,11 +650,12 @@ def _trace_kernel_ms(fn, get_set, calls: int, n_slots: int) -> float | None:
         for i in range(calls):
             fn(*sets[i % len(sets)])
         torch.cuda.synchronize()
+    from torch.autograd import DeviceType
+
     total_us = 0.0
     for e in prof.events():
-        dt = getattr(e, "device_type", None)
-        if dt is not None and "CUDA" in str(dt) and getattr(e, "device_time", None) is not None:
-            total_us += float(e.device_time)
+        if e.device_type != DeviceType.CPU and not e.is_async:
+            total_us += float(e.time_range.elapsed_us())
     if total_us == 0.0:
         return None
     return total_us / 1e3 / calls
