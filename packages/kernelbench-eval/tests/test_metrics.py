@@ -3,6 +3,7 @@
 import math
 
 import pytest
+
 from cuda_agent.kernelbench_eval.metrics import (
     ProblemOutcome,
     compute_metrics,

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from cuda_agent.kernelbench_eval.solutions import import_solutions, scan_dir, scan_jsonl
 from cuda_agent.kernelbench_eval.tree import ProblemIssue, TreeError, iter_problems, parse_ranges
 from cuda_agent.records import Task

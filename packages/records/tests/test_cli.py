@@ -9,6 +9,7 @@ import textwrap
 import time
 
 import pytest
+
 from cuda_agent.records import encode, load_records
 from cuda_agent.records.examples import result, task, trajectory
 

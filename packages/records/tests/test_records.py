@@ -2,6 +2,7 @@ import io
 
 import msgspec
 import pytest
+
 from cuda_agent.records import (
     KINDS,
     DecodeError,

@@ -3,6 +3,7 @@ import subprocess
 import sys
 
 import msgspec
+
 from cuda_agent.records import encode
 from cuda_agent.records.examples import result, task, trajectory
 

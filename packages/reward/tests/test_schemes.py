@@ -2,6 +2,7 @@ import math
 
 import msgspec
 import pytest
+
 from cuda_agent.records import GuardViolation, Status, TimingDetail
 from cuda_agent.records.examples import result, trajectory
 from cuda_agent.reward import RewardConfig, apply, beats, score

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from cuda_agent.records import EvalResult, RecordWriter, Task
 from cuda_agent.records.cli_helpers import InputArg, OnError, OnErrorOpt, fail, log, run_stream
 from cuda_agent.records.jsonl import DecodeError, load_records

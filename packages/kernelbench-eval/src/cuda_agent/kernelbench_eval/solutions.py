@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
+
 from cuda_agent.records import Candidate, Solution, Task
 from cuda_agent.records.jsonl import DecodeError, iter_lines
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+
 from cuda_agent.records import EvalResult, Trajectory
 from cuda_agent.records.cli_helpers import (
     InputArg,

@@ -144,6 +144,7 @@ def apply(record, cfg: RewardConfig = RewardConfig()):
     For a trajectory, its ``eval_result`` is scored and also filled in.
     """
     import msgspec
+
     from cuda_agent.records import Trajectory
 
     if isinstance(record, EvalResult):
