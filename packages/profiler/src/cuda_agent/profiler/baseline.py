@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
 from cuda_agent.records import Baseline, Task, TimingStats, content_id
 
 from .config import PROTOCOL_VERSION, TimingConfig
@@ -189,11 +190,22 @@ def time_program(
             compiled(*pool[0])
         fns["compile"] = compiled
     if new_source is not None:
-        new = Program.from_source(new_source, name="kb_solution", cls_name="ModelNew")
+        new = load_solution(new_source)
         fns["new"] = new.make_model(device=device, seed=seed, init_inputs=ref.init_inputs())
     if not fns:
         raise ValueError("nothing to time: eager=False and no compile_mode or new_source")
     return paired(fns, pool, device=device, config=config)
+
+
+def load_solution(source: str, cls_name: str = "ModelNew"):
+    """A solution module as a :class:`Program` whose class is ``ModelNew`` (needs no get_inputs)."""
+    from .program import Program, ProgramError, check_contract, load_module
+
+    missing = check_contract(source, (cls_name,))
+    if missing:
+        raise ProgramError(f"missing {cls_name}")
+    mod = load_module(source, "kb_solution")
+    return Program(module=mod, model_cls=getattr(mod, cls_name))
 
 
 # ---------------------------------------------------------------- subprocess baseline

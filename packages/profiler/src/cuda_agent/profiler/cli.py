@@ -12,6 +12,7 @@ from typing import Annotated
 
 import msgspec
 import typer
+
 from cuda_agent.records import log
 from cuda_agent.records.cli_helpers import (
     InputArg,

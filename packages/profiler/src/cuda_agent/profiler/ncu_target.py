@@ -22,12 +22,13 @@ def main(argv: list[str] | None = None) -> int:
     import msgspec
     import torch
 
+    from .baseline import load_solution
     from .ncu import KernelSummary, ProfileReport
     from .program import Program
 
     ref = Program.from_source(a.ref.read_text(), name="kb_reference")
     if a.new is not None:
-        prog = Program.from_source(a.new.read_text(), name="kb_solution", cls_name="ModelNew")
+        prog = load_solution(a.new.read_text())
         model = prog.make_model(device=a.device, init_inputs=ref.init_inputs())
     else:
         model = ref.make_model(device=a.device)

@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+
 from cuda_agent.records import TimingStats
 
 Z95 = 1.959963984540054

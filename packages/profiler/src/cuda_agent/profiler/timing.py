@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from cuda_agent.records import TimingStats
 
 from .config import PROTOCOL_VERSION, TimingConfig

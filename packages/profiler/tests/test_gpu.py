@@ -1,0 +1,89 @@
+"""CUDA path of the timing protocol (skipped without a GPU)."""
+
+from pathlib import Path
+
+import pytest
+
+from cuda_agent.profiler import TimingConfig, l2_size_bytes, measure, paired
+from cuda_agent.profiler.baseline import time_program
+
+pytestmark = pytest.mark.gpu
+
+CFG = TimingConfig(time_cap_s=0.5, warmup_ms=50.0, warmup_max_s=2.0, trace_check=True)
+EXPL = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "KernelBench" / "exploits"
+
+
+def _mm_sets(n=2048, k=2):
+    import torch
+
+    return [[torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")] for _ in range(k)]
+
+
+def test_l2_size_is_reported():
+    assert l2_size_bytes("cuda") >= 1 << 20
+
+
+def test_measure_matmul_is_consistent():
+    import torch
+
+    s = measure(torch.matmul, _mm_sets(), device="cuda", config=CFG)
+    assert s.n >= 10
+    assert s.ci95_low_ms <= s.median_ms <= s.ci95_high_ms
+    assert s.min_ms <= s.median_ms
+    assert "async_work" not in s.flags and "stale_output" not in s.flags
+    # 2 * 2048^3 flops cannot take less than 1 us on any GPU made so far
+    assert 0.001 < s.median_ms < 50
+
+
+def test_paired_identical_programs_speedup_near_one():
+    import torch
+
+    res = paired({"a": torch.matmul, "b": torch.matmul}, _mm_sets(), device="cuda", config=CFG)
+    lo, hi = res.speedup_ci("a", "b")
+    assert 0.9 < res.speedup("a", "b") < 1.1
+    assert lo <= 1.02 and hi >= 0.98
+
+
+def test_short_program_uses_cuda_graphs():
+    import torch
+
+    sets = [[torch.randn(1024, device="cuda")] for _ in range(2)]
+    res = paired({"relu": torch.relu, "neg": torch.neg}, sets, device="cuda", config=CFG)
+    assert res.cuda_graph and "cuda_graph" in res.flags
+
+
+def _exploit(name: str):
+    ref = (EXPL / "ref_matmul.py").read_text()
+    return time_program(ref, device="cuda", new_source=(EXPL / name).read_text(), config=CFG)
+
+
+def test_side_stream_is_timed_at_true_cost_and_flagged():
+    res = _exploit("side_stream.py")
+    assert "async_work" in res.stats["new"].flags
+    assert res.speedup("eager", "new") < 1.3
+
+
+def test_background_thread_is_timed_at_true_cost_and_flagged():
+    res = _exploit("background_thread.py")
+    assert "background_thread" in res.stats["new"].flags
+    assert res.speedup("eager", "new") < 1.3
+
+
+def test_pointer_cache_is_flagged():
+    res = _exploit("ptr_cache.py")
+    assert "stale_output" in res.stats["new"].flags
+
+
+def test_honest_solution_is_not_flagged():
+    res = _exploit("honest.py")
+    bad = {"async_work", "background_thread", "stale_output", "trace_mismatch"}
+    assert not bad & set(res.stats["new"].flags)
+    assert 0.9 < res.speedup("eager", "new") < 1.1
+
+
+def test_ceilings_quick():
+    from cuda_agent.profiler.sol import measure_ceilings
+
+    c = measure_ceilings("cuda", quick=True)
+    assert c.copy_gbps > 50
+    assert c.matmul_tflops["bf16"] > c.matmul_tflops["fp32"] > 0.1
