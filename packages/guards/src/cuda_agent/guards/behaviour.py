@@ -1,0 +1,136 @@
+"""Parent-side checks on outputs of several trials: structure, degenerate outputs, and input
+sensitivity (the candidate's output must change where the reference's does)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cuda_agent.records import GuardViolation
+
+from .checks import Findings
+
+
+def _leaves(obj: Any) -> list[Any]:
+    if isinstance(obj, tuple | list):
+        return [x for o in obj for x in _leaves(o)]
+    if isinstance(obj, dict):
+        return [x for k in sorted(obj, key=str) for x in _leaves(obj[k])]
+    return [obj]
+
+
+def _tensor(x: Any):  # noqa: ANN202
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return torch.Tensor.detach(x).to("cpu", torch.float64)
+    try:
+        return torch.as_tensor(x, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def _is_constant(t) -> bool:  # noqa: ANN001
+    if t.numel() <= 1:
+        return False
+    f = t[~t.isnan()]
+    return f.numel() == 0 or bool((f == f.reshape(-1)[0]).all())
+
+
+def _rel_diff(a, b) -> float:  # noqa: ANN001
+    import torch
+
+    if a.shape != b.shape:
+        return float("inf")
+    fin = torch.isfinite(a) & torch.isfinite(b)
+    if not fin.any():
+        return 0.0
+    d = (a[fin] - b[fin]).norm().item()
+    s = max(a[fin].norm().item(), b[fin].norm().item(), 1e-30)
+    return d / s
+
+
+def output_findings(
+    ref_outputs: Sequence[Any], cand_outputs: Sequence[Any], policy: str = "strict"
+) -> list[GuardViolation]:
+    """Findings over trials: ``G-OUTPUT-STRUCTURE``, ``G-DEGENERATE``, ``G-INPUT-INSENSITIVE``."""
+    fs = Findings(policy)
+    if policy == "off":
+        return fs.items
+    refs = [[_tensor(x) for x in _leaves(r)] for r in ref_outputs]
+    cands = [[_tensor(x) for x in _leaves(c)] for c in cand_outputs]
+    for t, (r, c) in enumerate(zip(refs, cands, strict=False)):
+        if len(r) != len(c):
+            fs.add(
+                "G-OUTPUT-STRUCTURE", f"trial {t}: {len(c)} outputs, the reference has {len(r)}", ""
+            )
+            return fs.items
+        for i, (x, y) in enumerate(zip(r, c, strict=True)):
+            if x is not None and y is not None and tuple(x.shape) != tuple(y.shape):
+                fs.add(
+                    "G-OUTPUT-STRUCTURE",
+                    f"trial {t}: output {i} has shape {tuple(y.shape)}, the "
+                    f"reference {tuple(x.shape)}",
+                    "",
+                )
+                return fs.items
+    n_out = len(refs[0]) if refs else 0
+    for i in range(n_out):
+        rs = [r[i] for r in refs if r[i] is not None]
+        cs = [c[i] for c in cands if c[i] is not None]
+        if len(rs) != len(cs) or not rs:
+            continue
+        for t, (x, y) in enumerate(zip(rs, cs, strict=True)):
+            if _is_constant(y) and not _is_constant(x):
+                fs.add(
+                    "G-DEGENERATE",
+                    f"output {i} is constant ({y.reshape(-1)[0].item():.3g}) where "
+                    "the reference's is not",
+                    f"trial {t}",
+                )
+                break
+            rn, cn = x[x.isfinite()].norm().item(), y[y.isfinite()].norm().item()
+            if rn > 0 and cn < 0.1 * rn:
+                fs.add(
+                    "G-DEGENERATE",
+                    f"output {i} has {cn / rn:.3g}x the reference's norm",
+                    f"trial {t}: |cand| {cn:.3g}, |ref| {rn:.3g}",
+                )
+                break
+        for a in range(len(rs)):
+            for b in range(a + 1, len(rs)):
+                if _rel_diff(rs[a], rs[b]) > 1e-3 and _rel_diff(cs[a], cs[b]) == 0.0:
+                    fs.add(
+                        "G-INPUT-INSENSITIVE",
+                        f"output {i} is identical in trials {a} and {b} "
+                        "where the reference's changes",
+                        f"reference rel. change {_rel_diff(rs[a], rs[b]):.3g}",
+                    )
+                    break
+    return fs.items
+
+
+def sensitivity_variants(inputs: Sequence[Any], seed: int = 0) -> dict[str, list[Any]]:
+    """Input variants that expose skipped work: for each floating input, the last eighth, the first
+    eighth, and every seventh element (flattened) shifted by a few standard deviations. The sandbox
+    runs them as extra trials; a candidate that ignores part of an input fails them."""
+    import torch
+
+    out: dict[str, list[Any]] = {}
+    for k, x in enumerate(inputs):
+        if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() >= 8):
+            continue
+        s = float(x.float().std()) or 1.0
+        n = x.numel()
+        for name, idx in (
+            ("tail", slice(n - n // 8, n)),
+            ("head", slice(0, n // 8)),
+            ("strided", slice(seed % 7, n, 7)),
+        ):
+            v = [y.clone() if isinstance(y, torch.Tensor) else y for y in inputs]
+            flat = v[k].view(-1) if v[k].is_contiguous() else v[k].reshape(-1)
+            flat[idx] += 3.0 * s
+            if not v[k].is_contiguous():
+                v[k] = flat.view(x.shape)
+            out[f"input{k}-{name}"] = v
+    return out

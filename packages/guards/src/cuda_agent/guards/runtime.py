@@ -1,0 +1,821 @@
+"""Dynamic checks inside the candidate's process (authoritative where static checks are advisory).
+
+``RuntimeGuard`` wraps each verification call: a ``TorchDispatchMode`` records every ATen op the
+forward dispatches (C++ extensions included), a profile hook records calls into the candidate's own
+extension modules, and on CUDA ``torch.profiler`` records the kernels that ran and their streams.
+After the call it checks inputs (unchanged), outputs (plain, materialised, not aliasing inputs,
+not changing after the call returned), threads, and the identity of timing and harness functions.
+:meth:`RuntimeGuard.probe` re-runs the model on a poisoned allocator, unobserved, and with inputs
+rewritten in place, to catch stale-memory reads, verification detection and result caches.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from cuda_agent.records import GuardViolation
+
+from . import harness
+from .checks import Findings
+from .opclass import HALF_DTYPE_NAMES, TORCH_NAMESPACES, base_name, classify
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def flatten(obj: Any) -> list[Any]:
+    """Leaves of a (nested) tuple/list/dict output, in order."""
+    if isinstance(obj, tuple | list):
+        return [x for o in obj for x in flatten(o)]
+    if isinstance(obj, dict):
+        return [x for k in sorted(obj, key=str) for x in flatten(obj[k])]
+    return [obj]
+
+
+def tensors(obj: Any) -> list[torch.Tensor]:
+    return [x for x in flatten(obj) if isinstance(x, torch.Tensor)]
+
+
+def fingerprint(t: torch.Tensor) -> tuple:
+    """A content fingerprint computed on the tensor's device: shape, stride, dtype and three
+    integer sums over the raw bits (any single changed element changes it)."""
+    meta = (tuple(t.shape), tuple(t.stride()), str(t.dtype), t.device.type)
+    if t.numel() == 0:
+        return meta + (0, 0, 0)
+    with torch.no_grad():
+        base = torch.Tensor.detach(t)
+        if base.is_conj() or base.is_neg():
+            base = base.resolve_conj().resolve_neg()
+        b = base.contiguous().view(-1).view(torch.uint8)
+        n = b.numel()
+        if n % 4 == 0:
+            w = b.view(torch.int32)
+        elif n % 2 == 0:
+            w = b.view(torch.int16)
+        else:
+            w = b
+        s1 = int(w.sum(dtype=torch.int64))
+        s2 = int(w[::7].sum(dtype=torch.int64))
+        s3 = int((w[1::3].to(torch.int64) * 3 + 1).sum())
+    return meta + (s1, s2, s3)
+
+
+def same_output(a: Any, b: Any, rtol: float = 1e-3) -> str | None:
+    """``None`` when ``a`` and ``b`` hold the same values (NaN where NaN, within ``rtol`` of the
+    largest magnitude), else a short description of the first difference."""
+    fa, fb = flatten(a), flatten(b)
+    if len(fa) != len(fb):
+        return f"{len(fa)} outputs vs {len(fb)}"
+    for i, (x, y) in enumerate(zip(fa, fb, strict=True)):
+        if isinstance(x, torch.Tensor) != isinstance(y, torch.Tensor):
+            return f"output {i}: type {type(x).__name__} vs {type(y).__name__}"
+        if not isinstance(x, torch.Tensor):
+            if x != y and not (isinstance(x, float) and x != x and y != y):
+                return f"output {i}: {x!r} vs {y!r}"
+            continue
+        x = torch.Tensor.detach(x)
+        y = torch.Tensor.detach(y)
+        if x.shape != y.shape:
+            return f"output {i}: shape {tuple(x.shape)} vs {tuple(y.shape)}"
+        if x.numel() == 0:
+            continue
+        xd, yd = x.to(torch.float64), y.to(torch.float64)
+        nx, ny = torch.isnan(xd), torch.isnan(yd)
+        if not torch.equal(nx, ny):
+            return f"output {i}: NaN in {int((nx ^ ny).sum())} positions differs"
+        fin = torch.isfinite(yd) & torch.isfinite(xd)
+        if not torch.equal(torch.isfinite(xd), torch.isfinite(yd)) or not torch.equal(
+            xd[~fin & ~nx], yd[~fin & ~ny]
+        ):
+            return f"output {i}: infinities differ"
+        if fin.any():
+            diff = (xd[fin] - yd[fin]).abs().max().item()
+            scale = yd[fin].abs().max().item()
+            if diff > rtol * max(scale, 1e-6) + 1e-7:
+                return f"output {i}: max |diff| {diff:.3g} (scale {scale:.3g})"
+    return None
+
+
+def clone_inputs(inputs: Sequence[Any]) -> list[Any]:
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def perturbed(inputs: Sequence[Any], seed: int = 1234) -> list[Any]:
+    """Fresh inputs with new values of the same shape and dtype (floats: new normal draws at the
+    same scale; integers and bools: a rotation of the values)."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    out = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel():
+            xd = x.detach().to(torch.float32)
+            scale = float(xd.std()) if x.numel() > 1 else 1.0
+            scale = scale if scale > 0 and scale == scale else 1.0
+            mean = float(xd.mean())
+            noise = torch.randn(x.shape, generator=g).to(device=x.device, dtype=x.dtype)
+            out.append(
+                (noise * scale + mean).to(x.dtype).contiguous()
+                if x.is_contiguous()
+                else (noise * scale + mean).to(x.dtype)
+            )
+        elif isinstance(x, torch.Tensor) and x.numel() > 1:
+            out.append(torch.roll(x, 1).clone())
+        else:
+            out.append(x.clone() if isinstance(x, torch.Tensor) else x)
+    return out
+
+
+def _os_thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
+
+
+def _is_own_file(path: str | None) -> bool:
+    if not path or not path.endswith((".so", ".pyd", ".dylib")):
+        return False
+    real = os.path.realpath(path)
+    roots = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    roots |= {sys.prefix, sys.base_prefix}
+    return not any(real.startswith(os.path.realpath(r) + os.sep) for r in roots if r)
+
+
+# ----------------------------------------------------------------------------- recorders
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records the ATen ops dispatched while active: name, class, and dtype conversions."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+        self.casts: list[tuple[str, str]] = []  # (from dtype, to dtype) of _to_copy
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps __torch_dispatch__ in torch._disable_dynamo otherwise, which imports
+        # torch._dynamo on first use (15+ s on a busy 2-core machine)
+        return False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        name = str(func)
+        self.ops.append(name)
+        if base_name(name) in ("_to_copy", "to") and args and isinstance(args[0], torch.Tensor):
+            dt = kwargs.get("dtype")
+            if dt is not None and dt != args[0].dtype:
+                self.casts.append((str(args[0].dtype), str(dt)))
+        return func(*args, **kwargs)
+
+
+@dataclass
+class CallRecord:
+    """What one observed call did."""
+
+    ops: list[str] = field(default_factory=list)
+    casts: list[tuple[str, str]] = field(default_factory=list)
+    own_calls: list[str] = field(default_factory=list)
+    kernels: list[tuple[str, int]] = field(default_factory=list)  # (name, stream id)
+    marker_stream: int | None = None
+    seconds: float = 0.0
+
+
+class _ProfileHook:
+    """``sys.setprofile`` hook that records C calls into the candidate's own extension modules."""
+
+    def __init__(self, is_own: Callable[[Any], str | None]):
+        self.is_own = is_own
+        self.calls: list[str] = []
+        self.prev: Any = None
+
+    def __call__(self, frame, event, arg):  # noqa: ANN001
+        if event == "c_call":
+            name = self.is_own(arg)
+            if name is not None:
+                self.calls.append(name)
+        return None
+
+    def __enter__(self) -> _ProfileHook:
+        self.prev = sys.getprofile()
+        sys.setprofile(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        current = sys.getprofile()
+        sys.setprofile(self.prev)
+        self.replaced = current is not self
+
+
+# ----------------------------------------------------------------------------- the guard
+
+
+class RuntimeGuardImpl:
+    """The implementation behind :class:`cuda_agent.guards.api.RuntimeGuard`."""
+
+    def __init__(
+        self,
+        policy: str = "strict",
+        backend: str = "cuda",
+        own_kernels: Sequence[str] = (),
+        *,
+        own_modules: Sequence[str] = (),
+        protect: Sequence[Any] = (),
+        float32_task: bool | None = None,
+        trace_kernels: bool | None = None,
+    ):
+        self.fs = Findings(policy)
+        self.policy = policy
+        self.backend = backend
+        self.own_kernels = [k for k in own_kernels if k]
+        self.own_module_names = set(own_modules)
+        self.protect = list(protect)
+        self.float32_task = float32_task
+        self.trace_kernels = (backend == "cuda") if trace_kernels is None else trace_kernels
+        self.records: list[CallRecord] = []
+        self.timings: dict[str, float] = {}
+        self._modules_before = set(sys.modules)
+        self._snap = harness.snapshot(self.protect)
+        self._threads_base: set[int] = {t.ident or 0 for t in threading.enumerate()}
+        self._os_threads_first: int | None = None
+        self._pre: list[tuple] = []
+        self._last_outputs: list[torch.Tensor] = []
+        self._call_no = 0
+        self._installed = False
+        self._own_cache: dict[int, str | None] = {}
+
+    # -- set-up -------------------------------------------------------------------------
+
+    def install(self) -> None:
+        """Snapshot what must not change; report what the candidate's import already changed."""
+        if self.policy == "off":
+            return
+        t0 = time.perf_counter()
+        self._harness_check("while the candidate was imported or built")
+        for name in harness.unpristine(harness.IMPORT_SNAPSHOT) + harness.unpristine(self._snap):
+            code = "G-TIMER-PATCH" if name in harness.TIMING else "G-HARNESS-PATCH"
+            self.fs.add(code, f"{name} is not torch's or Python's own function", name)
+        for name, mod in list(sys.modules.items()):
+            if name not in self._modules_before and _is_own_file(getattr(mod, "__file__", None)):
+                self.own_module_names.add(name)
+        self._snap = harness.snapshot(self.protect)
+        self._threads_base = {t.ident or 0 for t in threading.enumerate()}
+        self._installed = True
+        self.timings["install"] = time.perf_counter() - t0
+
+    def _harness_check(self, when: str) -> None:
+        now = harness.snapshot(self.protect)
+        changed = [k for k, v in self._snap.items() if k in now and now[k] is not v]
+        if not changed:
+            return
+        foreign = set(harness.unpristine({k: now[k] for k in changed}))
+        for name in changed:
+            timing = name in harness.TIMING
+            code = "G-TIMER-PATCH" if timing else "G-HARNESS-PATCH"
+            # torch rebinds a few of its own functions lazily; a replacement from torch's own code
+            # is only flagged, except for timing functions
+            sev = None if (timing or name in foreign or name.startswith("sys.modules")) else "flag"
+            self.fs.add(
+                code, f"{name} was replaced {when}", f"{name}: {now[name]!r}"[:300], severity=sev
+            )
+        self._snap = now
+
+    def _is_own(self, fn: Any) -> str | None:
+        key = id(fn)
+        if key in self._own_cache:
+            return self._own_cache[key]
+        mod = getattr(fn, "__module__", None)
+        if not isinstance(mod, str):
+            self_obj = getattr(fn, "__self__", None)
+            mod = getattr(self_obj, "__name__", None) if self_obj is not None else None
+        res = None
+        if isinstance(mod, str) and mod.split(".")[0] in self.own_module_names | {
+            m.split(".")[0] for m in self.own_module_names
+        }:
+            res = f"{mod}.{getattr(fn, '__name__', '?')}"
+        self._own_cache[key] = res
+        return res
+
+    # -- one call -----------------------------------------------------------------------
+
+    @contextmanager
+    def watch(self, inputs: Sequence[Any]) -> Iterator[CallRecord]:
+        """Observe one forward call: dispatched ops, own-module calls, CUDA kernels."""
+        rec = CallRecord()
+        if self.policy == "off":
+            yield rec
+            return
+        if not self._installed:
+            self.install()
+        t0 = time.perf_counter()
+        self._pre = [fingerprint(x) if isinstance(x, torch.Tensor) else None for x in inputs]
+        self._pre_ptrs = [_storage_ptr(x) for x in inputs]
+        self._threads_before = {t.ident or 0 for t in threading.enumerate()}
+        self._os_before = _os_thread_count()
+        prof = None
+        if self.trace_kernels and torch.cuda.is_available():
+            from torch.profiler import ProfilerActivity, profile
+
+            prof = profile(activities=[ProfilerActivity.CUDA])
+            prof.__enter__()
+            torch.empty(1, device="cuda").fill_(0.0)  # marker kernel on the current stream
+        recorder = OpRecorder()
+        hook = _ProfileHook(self._is_own)
+        self.timings["pre"] = self.timings.get("pre", 0.0) + time.perf_counter() - t0
+        t1 = time.perf_counter()
+        try:
+            with hook, recorder:
+                yield rec
+        finally:
+            rec.seconds = time.perf_counter() - t1
+            t2 = time.perf_counter()
+            rec.ops, rec.casts, rec.own_calls = recorder.ops, recorder.casts, hook.calls
+            if getattr(hook, "replaced", False):
+                self.fs.add(
+                    "G-INTROSPECTION",
+                    "the profile hook was replaced during the call",
+                    repr(sys.getprofile()),
+                )
+            if prof is not None:
+                torch.cuda.synchronize()
+                prof.__exit__(None, None, None)
+                rec.kernels, rec.marker_stream = _kernels_of(prof)
+            self.records.append(rec)
+            self.timings["post"] = self.timings.get("post", 0.0) + time.perf_counter() - t2
+
+    def after_call(self, inputs: Sequence[Any], outputs: Any) -> None:
+        """Checks on the call just watched: output types, aliasing, deferred work, mutation,
+        threads, harness identity, dispatched ops and kernels."""
+        if self.policy == "off":
+            return
+        t0 = time.perf_counter()
+        self._call_no += 1
+        n = self._call_no
+        rec = self.records[-1] if self.records else CallRecord()
+        leaves = flatten(outputs)
+        plain: list[torch.Tensor] = []
+        for i, o in enumerate(leaves):
+            problem = _output_problem(o, self.backend)
+            if problem:
+                self.fs.add("G-OUTPUT-TYPE", f"call {n}: output {i} {problem}", repr(type(o)))
+            elif isinstance(o, torch.Tensor):
+                plain.append(o)
+        # deferred work: fingerprint after the current stream finishes, then after everything
+        if torch.cuda.is_available() and any(t.is_cuda for t in plain):
+            torch.cuda.current_stream().synchronize()
+        first = [fingerprint(t) for t in plain]
+        new_threads = [
+            t
+            for t in threading.enumerate()
+            if (t.ident or 0) not in self._threads_before and t.is_alive()
+        ]
+        for t in new_threads:
+            t.join(timeout=2.0)
+        self._wait_os_threads(self._os_before, 1.0)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        time.sleep(0.002)
+        second = [fingerprint(t) for t in plain]
+        if first != second:
+            self.fs.add(
+                "G-DEFERRED",
+                f"call {n}: an output changed after the call returned",
+                "work continued on another thread or an unsynchronised stream",
+            )
+        if new_threads:
+            self.fs.add(
+                "G-THREAD",
+                f"call {n}: {len(new_threads)} Python thread(s) started and still "
+                "running when the call returned",
+                ", ".join(t.name for t in new_threads),
+            )
+        os_now = _os_thread_count()
+        if self._os_threads_first is None:
+            self._os_threads_first = os_now
+        elif os_now > self._os_threads_first:
+            self.fs.add(
+                "G-THREAD",
+                f"call {n}: native threads grew from {self._os_threads_first} to "
+                f"{os_now} after the first call",
+                "threads outlive the call",
+            )
+        # inputs unchanged
+        for i, (x, pre) in enumerate(zip(inputs, self._pre, strict=False)):
+            if isinstance(x, torch.Tensor) and pre is not None and fingerprint(x) != pre:
+                self.fs.add(
+                    "G-INPUT-MUTATION",
+                    f"call {n}: input {i} changed during the call",
+                    f"shape {tuple(x.shape)}",
+                )
+        # aliasing
+        in_ptrs = {p: i for i, p in enumerate(self._pre_ptrs) if p}
+        seen: dict[int, int] = {}
+        for j, o in enumerate(plain):
+            p = _storage_ptr(o)
+            if p and p in in_ptrs:
+                self.fs.add(
+                    "G-OUTPUT-ALIAS",
+                    f"call {n}: output {j} shares memory with input {in_ptrs[p]}",
+                    f"storage {p:#x}",
+                )
+            elif p and p in seen and o.numel() > 0:
+                self.fs.add(
+                    "G-OUTPUT-ALIAS",
+                    f"call {n}: outputs {seen[p]} and {j} share memory",
+                    f"storage {p:#x}",
+                    severity="flag",
+                )
+            seen[p] = j
+        prev = {_storage_ptr(t): t for t in self._last_outputs}
+        for j, o in enumerate(plain):
+            p = _storage_ptr(o)
+            if p and p in prev and prev[p] is not None and o.numel() > 0:
+                self.fs.add(
+                    "G-CACHE",
+                    f"call {n}: output {j} is the buffer returned by the previous call",
+                    f"storage {p:#x}",
+                )
+        self._last_outputs = list(plain)
+        self._harness_check(f"during call {n}")
+        self._judge_record(rec, n, inputs)
+        if torch.cuda.is_available() and self.backend == "cuda":
+            _l2_check(self.fs, n)
+        self.timings["after_call"] = self.timings.get("after_call", 0.0) + time.perf_counter() - t0
+
+    def _wait_os_threads(self, target: int, timeout: float) -> None:
+        end = time.monotonic() + timeout
+        while _os_thread_count() > target and time.monotonic() < end:
+            time.sleep(0.005)
+
+    def _judge_record(self, rec: CallRecord, n: int, inputs: Sequence[Any]) -> None:
+        compute = [o for o in rec.ops if _ns(o) in TORCH_NAMESPACES and classify(o) == "compute"]
+        random_ops = [o for o in rec.ops if _ns(o) in TORCH_NAMESPACES and classify(o) == "random"]
+        own_ops = [o for o in rec.ops if _ns(o) not in TORCH_NAMESPACES]
+        if compute:
+            uniq = sorted(set(compute))
+            self.fs.add(
+                "G-TORCH-COMPUTE",
+                f"torch compute ops in forward: {', '.join(uniq[:8])}",
+                f"call {n}: {len(compute)} compute ops of {len(rec.ops)}",
+            )
+        if random_ops:
+            self.fs.add(
+                "G-RNG", f"random ops in forward: {', '.join(sorted(set(random_ops)))}", f"call {n}"
+            )
+        f32 = self.float32_task
+        if f32 is None:
+            floats = [
+                x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()
+            ]
+            f32 = bool(floats) and all(d == torch.float32 for d in floats)
+        low = [c for c in rec.casts if c[1].replace("torch.", "") in HALF_DTYPE_NAMES]
+        if f32 and low:
+            self.fs.add(
+                "G-PRECISION", f"casts to {low[0][1]} on a float32 task", f"call {n}: {low}"
+            )
+        own_kernels = [k for k, _ in rec.kernels if self._kernel_is_own(k)]
+        if not (rec.own_calls or own_ops or own_kernels):
+            self.fs.add(
+                "G-NO-KERNEL",
+                f"call {n} ran none of the candidate's own kernels or functions",
+                f"ops: {', '.join(sorted(set(rec.ops))[:10])}; kernels: "
+                f"{', '.join(sorted({k for k, _ in rec.kernels})[:6])}",
+            )
+        if rec.kernels and rec.marker_stream is not None:
+            off = sorted({k for k, s in rec.kernels if s != rec.marker_stream})
+            if off:
+                self.fs.add(
+                    "G-STREAM", f"call {n}: kernels ran off the current stream", ", ".join(off[:5])
+                )
+        if self.backend == "cuda" and self.policy == "strict":
+            aten_k = [
+                k
+                for k, _ in rec.kernels
+                if "at::native" in k
+                and not any(s in k for s in ("Fill", "fill", "copy", "Copy", "zero"))
+            ]
+            if aten_k:
+                self.fs.add(
+                    "G-TORCH-COMPUTE",
+                    "ATen compute kernels ran in forward",
+                    f"call {n}: {', '.join(sorted(set(aten_k))[:4])}",
+                )
+
+    def _kernel_is_own(self, name: str) -> bool:
+        import re
+
+        return any(re.search(rf"(?<![\w]){re.escape(k)}(?![\w])", name) for k in self.own_kernels)
+
+    # -- extra calls --------------------------------------------------------------------
+
+    def probe(
+        self,
+        model: Callable[..., Any],
+        inputs: Sequence[Any],
+        outputs: Any = None,
+        seed: int = 1234,
+    ) -> None:
+        """Re-run ``model`` to catch what one observed call cannot: poisoned-allocator runs (NaN,
+        then random) must reproduce ``outputs``; an unobserved call must too; inputs rewritten in
+        place must give the same result as fresh tensors holding the same values; a repeated call
+        on the same values must run the same own kernels (no content cache)."""
+        if self.policy == "off":
+            return
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            if outputs is None:
+                outputs = model(*clone_inputs(inputs))
+            out_bytes = [t.untyped_storage().nbytes() for t in tensors(outputs)]
+            # 1. unobserved
+            out_u = model(*clone_inputs(inputs))
+            d = same_output(out_u, outputs)
+            if d:
+                self.fs.add("G-OBSERVER", "an unobserved call gave a different output", d)
+            # 2. poisoned allocator, NaN then random
+            for mode in ("nan", "random"):
+                ins = clone_inputs(inputs)
+                with poisoned(
+                    mode,
+                    out_bytes + [x.untyped_storage().nbytes() for x in tensors(ins)],
+                    device=_device_of(ins, outputs),
+                ):
+                    out_p = model(*ins)
+                    _sync()
+                d = same_output(out_p, outputs)
+                if d:
+                    self.fs.add(
+                        "G-STALE-MEMORY", f"output changed on a {mode}-poisoned allocator", d
+                    )
+                    break
+            # 3. pointer cache: same buffers, new values, vs fresh buffers with those values;
+            #    content cache: the first call on new values runs the same own kernels as repeats
+            bufs = clone_inputs(inputs)
+            model(*bufs)
+            _sync()
+            newvals = perturbed(inputs, seed)
+            for b, v in zip(bufs, newvals, strict=False):
+                if isinstance(b, torch.Tensor) and b.is_floating_point():
+                    b.copy_(v)
+            rec_a = self._observe_own(model, bufs)
+            rec_b = self._observe_own(model, clone_inputs(newvals))
+            rec_c = self._observe_own(model, clone_inputs(newvals))
+            d = same_output(rec_a[0], rec_b[0])
+            if d:
+                self.fs.add(
+                    "G-CACHE",
+                    "inputs rewritten in place gave a different result than fresh "
+                    "tensors with the same values (cache keyed by pointer)",
+                    d,
+                )
+            elif rec_a[1] != rec_b[1] or rec_b[1] != rec_c[1]:
+                self.fs.add(
+                    "G-CACHE",
+                    "repeated calls with the same values ran different own kernels "
+                    "(cache keyed by content)",
+                    f"{rec_a[1][:4]} / {rec_b[1][:4]} / {rec_c[1][:4]}",
+                )
+            if same_output(rec_b[0], outputs, rtol=0.0) is None and _differs(inputs, newvals):
+                self.fs.add(
+                    "G-INPUT-INSENSITIVE",
+                    "output identical for different inputs",
+                    "perturbed inputs gave a bit-identical output",
+                    severity="flag",
+                )
+        self.timings["probe"] = self.timings.get("probe", 0.0) + time.perf_counter() - t0
+
+    def _observe_own(
+        self, model: Callable[..., Any], inputs: Sequence[Any]
+    ) -> tuple[Any, list[str]]:
+        """Call once with only the light observers (own calls and kernel names)."""
+        hook = _ProfileHook(self._is_own)
+        prof = None
+        if self.trace_kernels and torch.cuda.is_available():
+            from torch.profiler import ProfilerActivity, profile
+
+            prof = profile(activities=[ProfilerActivity.CUDA])
+            prof.__enter__()
+        with hook:
+            out = model(*inputs)
+        _sync()
+        names = list(hook.calls)
+        if prof is not None:
+            prof.__exit__(None, None, None)
+            names += [k for k, _ in _kernels_of(prof)[0] if self._kernel_is_own(k)]
+        return out, names
+
+    def finish(self) -> list[GuardViolation]:
+        """All findings of this process (a last harness check included)."""
+        if self.policy != "off":
+            self._harness_check("by the end of verification")
+        return list(self.fs.items)
+
+
+# ----------------------------------------------------------------------------- poison
+
+
+@contextmanager
+def poisoned(mode: str, sizes: Sequence[int], device: str) -> Iterator[None]:
+    """Fill memory the allocator will hand out next with NaN (``mode='nan'``) or random values.
+
+    CUDA: blocks of each size (and one large block) are allocated, filled and freed into the
+    caching allocator. Both devices: ``torch.empty`` itself fills new tensors with NaN in the NaN
+    pass (deterministic fill-uninitialised-memory mode)."""
+    import torch.utils.deterministic as det
+
+    dev = torch.device(device)
+    blocks = []
+    sizes = [s for s in sizes if s > 0]
+    big = min(sum(sizes) * 2, 1 << 30) if sizes else 0
+    for s in [*sizes, *sizes, big]:
+        if s <= 0:
+            continue
+        n = (s + 3) // 4
+        b = torch.empty(n, dtype=torch.float32, device=dev)
+        if mode == "nan":
+            b.fill_(float("nan"))
+        else:
+            b.uniform_(-1e3, 1e3)
+        blocks.append(b)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+    del blocks
+    prev_det = torch.are_deterministic_algorithms_enabled()
+    prev_warn = torch.is_deterministic_algorithms_warn_only_enabled()
+    prev_fill = det.fill_uninitialized_memory
+    if mode == "nan":
+        torch._C._set_deterministic_algorithms(True, warn_only=True)
+        det.fill_uninitialized_memory = True
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        torch._C._set_deterministic_algorithms(prev_det, warn_only=prev_warn)
+        det.fill_uninitialized_memory = prev_fill
+
+
+# ----------------------------------------------------------------------------- small pieces
+
+
+def _ns(op: str) -> str:
+    return op.split(".")[0] if "." in op else op.split("::")[0]
+
+
+def _storage_ptr(x: Any) -> int:
+    if not isinstance(x, torch.Tensor) or type(x) is not torch.Tensor:
+        return 0
+    try:
+        return x.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return 0
+
+
+def _output_problem(o: Any, backend: str) -> str | None:
+    if isinstance(o, torch.Tensor):
+        if type(o) is not torch.Tensor:
+            return f"is a tensor subclass {type(o).__module__}.{type(o).__name__}"
+        if o.is_meta:
+            return "is a meta tensor (no data)"
+        if o.layout != torch.strided:
+            return f"has layout {o.layout}"
+        if o.is_nested:
+            return "is a nested tensor"
+        if o.is_neg() or o.is_conj():
+            return "carries a lazy neg/conj bit"
+        try:
+            from torch._C._functorch import is_functorch_wrapped_tensor
+
+            if is_functorch_wrapped_tensor(o):
+                return "is a functorch wrapper"
+        except ImportError:
+            pass
+        want = "cuda" if backend == "cuda" else "cpu"
+        if o.device.type != want:
+            return f"is on {o.device.type}, expected {want}"
+        try:
+            o.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError):
+            return "has no materialised storage"
+        return None
+    if isinstance(o, int | float | bool | str | type(None)):
+        return None
+    return f"is a {type(o).__module__}.{type(o).__name__}, not a torch.Tensor"
+
+
+def _sync() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def _device_of(*objs: Any) -> str:
+    for o in objs:
+        for t in tensors(o):
+            return str(t.device)
+    return "cpu"
+
+
+def _differs(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    for x, y in zip(a, b, strict=False):
+        if (
+            isinstance(x, torch.Tensor)
+            and isinstance(y, torch.Tensor)
+            and x.is_floating_point()
+            and not torch.equal(x, y)
+        ):
+            return True
+    return False
+
+
+def _kernels_of(prof: Any) -> tuple[list[tuple[str, int]], int | None]:
+    """(kernel name, stream id) of every CUDA kernel in a finished profile, and the stream of the
+    guard's marker kernel (the first fill kernel)."""
+    out: list[tuple[str, int]] = []
+    marker = None
+    try:
+        events = prof.profiler.kineto_results.events()
+    except AttributeError:
+        return out, None
+
+    def start(e: Any) -> int:
+        try:
+            return int(e.start_ns())
+        except (AttributeError, RuntimeError):
+            return 0
+
+    for e in sorted(events, key=start):
+        try:
+            if e.device_type() != torch.autograd.DeviceType.CUDA:
+                continue
+            name = e.name()
+            stream = int(e.device_resource_id())
+        except (AttributeError, RuntimeError):
+            continue
+        if "memcpy" in name.lower() or "memset" in name.lower():
+            continue
+        if marker is None and ("fill" in name.lower() or "Fill" in name):
+            marker = stream
+            continue
+        out.append((name, stream))
+    return out, marker
+
+
+_CUDART: Any = None
+
+
+def _cudart() -> Any:
+    """The CUDA runtime library this process loaded (found in /proc/self/maps), or None."""
+    global _CUDART
+    if _CUDART is None:
+        import ctypes
+
+        _CUDART = False
+        try:
+            with open("/proc/self/maps") as f:
+                paths = {ln.split()[-1] for ln in f if "libcudart.so" in ln}
+            for p in sorted(paths):
+                with suppress(OSError):
+                    _CUDART = ctypes.CDLL(p)
+                    break
+        except OSError:
+            pass
+    return _CUDART or None
+
+
+def _l2_check(fs: Findings, n: int) -> None:
+    """Persisting-L2 limit of the device and access-policy window of the current stream."""
+    import ctypes
+
+    lib = _cudart()
+    if lib is None:
+        return
+    val = ctypes.c_size_t(0)
+    with suppress(Exception):
+        if lib.cudaDeviceGetLimit(ctypes.byref(val), 0x06) == 0 and val.value > 0:
+            fs.add(
+                "G-L2-PERSIST",
+                f"call {n}: persisting-L2 limit set to {val.value} bytes",
+                "cudaLimitPersistingL2CacheSize",
+            )
+    buf = (ctypes.c_byte * 64)()
+    with suppress(Exception):
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        if lib.cudaStreamGetAttribute(stream, 1, ctypes.byref(buf)) == 0:
+            num_bytes = ctypes.c_size_t.from_buffer(buf, 8).value
+            if num_bytes > 0:
+                fs.add(
+                    "G-L2-PERSIST",
+                    f"call {n}: the current stream has an L2 access-policy window "
+                    f"of {num_bytes} bytes",
+                    "cudaStreamAttributeAccessPolicyWindow",
+                )
