@@ -1,0 +1,341 @@
+"""Compile a workdir solution into ``cuda_extension.so``: parallel, cached by content hash.
+
+Units: ``kernels/*.cu`` (nvcc, device arch only, no torch headers needed), ``kernels/*_binding.cpp``
+and the infrastructure ``binding.cpp`` (host compiler with the torch/pybind prelude force-included,
+optionally precompiled), other ``kernels/*.cpp`` (host compiler, -O3). Each object is cached under
+``CACHE/objects`` by a key over the toolchain fingerprint, the unit's text and every header of the
+solution and the infrastructure; the linked module is cached by the keys of its objects. So a
+change to one ``.cu`` recompiles only that file, and an unchanged solution links nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .isolation import Limits, cap_text, run_confined
+from .toolchain import Flags, flags_for
+
+HEADER_EXT = (".h", ".hpp", ".cuh", ".inl", ".hh")
+TEMPLATE = Path(__file__).with_name("template")
+PRELUDE = "sandbox_prelude.h"
+
+
+@dataclass
+class Unit:
+    kind: str  # "cuda" | "binding" | "main" | "kernel"
+    src: Path
+    rel: str
+    key: str = ""
+    obj: Path | None = None
+    cached: bool = False
+    seconds: float = 0.0
+    ok: bool = True
+    log: str = ""
+    timed_out: bool = False
+
+
+@dataclass
+class BuildResult:
+    """Outcome of one build. ``log`` is the compilers' output (capped), ``units`` per-file facts."""
+
+    ok: bool
+    so_path: Path | None
+    log: str
+    seconds: float
+    cached: bool
+    timed_out: bool = False
+    units: list[dict[str, object]] = field(default_factory=list)
+    pch: str = "off"
+
+
+class ObjectCache:
+    """Content-addressed store of objects, modules and precompiled headers under ``root``."""
+
+    def __init__(self, root: str | os.PathLike[str]):
+        self.root = Path(root)
+        (self.root / "objects").mkdir(parents=True, exist_ok=True)
+        (self.root / "modules").mkdir(parents=True, exist_ok=True)
+        (self.root / "pch").mkdir(parents=True, exist_ok=True)
+
+    def obj_path(self, key: str) -> Path:
+        return self.root / "objects" / key[:2] / f"{key}.o"
+
+    def module_path(self, key: str) -> Path:
+        return self.root / "modules" / key[:2] / f"{key}.so"
+
+    def put(self, tmp: Path, dest: Path) -> None:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, dest)
+
+    @contextlib.contextmanager
+    def lock(self, name: str):
+        p = self.root / f".{name}.lock"
+        with open(p, "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _sha(*parts: bytes | str) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p.encode() if isinstance(p, str) else p)
+        h.update(b"\0")
+    return h.hexdigest()[:32]
+
+
+def collect_units(src_dir: Path, backend: str) -> tuple[list[Unit], list[str]]:
+    """Units of a materialised workdir and problems that make it unbuildable (e.g. a .cu on cpu)."""
+    units = [Unit("main", src_dir / "binding.cpp", "binding.cpp")]
+    problems: list[str] = []
+    kdir = src_dir / "kernels"
+    files = sorted(p for p in kdir.rglob("*") if p.is_file()) if kdir.is_dir() else []
+    for p in files:
+        rel = str(p.relative_to(src_dir))
+        if p.suffix == ".cu":
+            if backend != "cuda":
+                problems.append(f"{rel}: .cu files need the cuda backend (cpu backend: use .cpp)")
+                continue
+            units.append(Unit("cuda", p, rel))
+        elif p.suffix in (".cpp", ".cc", ".cxx"):
+            units.append(Unit("binding" if p.stem.endswith("_binding") else "kernel", p, rel))
+    if not any(u.rel.startswith("kernels/") for u in units):
+        problems.append("no kernels/*.cpp or kernels/*.cu sources")
+    return units, problems
+
+
+def _deps_digest(src_dir: Path) -> str:
+    parts: list[bytes] = []
+    for p in sorted(src_dir.rglob("*")):
+        if p.is_file() and p.suffix in HEADER_EXT:
+            parts += [str(p.relative_to(src_dir)).encode(), p.read_bytes()]
+    parts.append((TEMPLATE / PRELUDE).read_bytes())
+    return _sha(*parts)
+
+
+def ensure_pch(cache: ObjectCache, flags: Flags, limits: Limits) -> tuple[Path | None, str]:
+    """The precompiled prelude for ``flags`` (built once under a lock); (dir, note)."""
+    d = cache.root / "pch" / flags.key
+    gch = d / (PRELUDE + ".gch")
+    if gch.exists():
+        return d, "pch: cached"
+    with cache.lock(f"pch-{flags.key}"):
+        if gch.exists():
+            return d, "pch: cached"
+        d.mkdir(parents=True, exist_ok=True)
+        shutil.copy(TEMPLATE / PRELUDE, d / PRELUDE)
+        tmp = d / f"{PRELUDE}.gch.{uuid.uuid4().hex[:8]}"
+        cmd = [
+            flags.cxx,
+            *flags.binding_cflags,
+            "-x",
+            "c++-header",
+            str(d / PRELUDE),
+            "-o",
+            str(tmp),
+        ]
+        lim = Limits(
+            **{**limits.__dict__, "timeout_s": max(limits.timeout_s, 600.0), "drop_user": False}
+        )
+        t0 = time.monotonic()
+        out = run_confined(cmd, cwd=d, env=_compiler_env(), limits=lim)
+        if out.returncode == 0 and tmp.exists():
+            os.replace(tmp, gch)
+            return d, f"pch: built in {time.monotonic() - t0:.1f}s"
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        return None, "pch: build failed, compiling without it: " + out.stderr[-500:]
+
+
+def _compiler_env() -> dict[str, str]:
+    keep = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "TMPDIR")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    return env
+
+
+def _unit_cmd(u: Unit, flags: Flags, out: Path, src_dir: Path, pch_dir: Path | None) -> list[str]:
+    inc = [f"-I{src_dir}", f"-I{src_dir / 'kernels'}"]
+    if u.kind == "cuda":
+        assert flags.nvcc is not None
+        return [flags.nvcc, *flags.cuda_cflags, *inc, "-c", str(u.src), "-o", str(out)]
+    if u.kind == "binding":
+        prelude = str((pch_dir or TEMPLATE) / PRELUDE)
+        pch_flags = ["-Winvalid-pch"] if pch_dir else []
+        return [
+            flags.cxx,
+            *flags.binding_cflags,
+            *pch_flags,
+            "-include",
+            prelude,
+            *inc,
+            "-c",
+            str(u.src),
+            "-o",
+            str(out),
+        ]
+    if u.kind == "main":  # the module definition needs pybind11 only
+        return [flags.cxx, *flags.binding_cflags, *inc, "-c", str(u.src), "-o", str(out)]
+    return [flags.cxx, *flags.kernel_cflags, *inc, "-c", str(u.src), "-o", str(out)]
+
+
+def build_workdir(
+    src_dir: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    *,
+    backend: str,
+    cache: ObjectCache,
+    jobs: int = 4,
+    timeout_s: float = 300.0,
+    pch: bool = True,
+    limits: Limits | None = None,
+) -> BuildResult:
+    """Build ``src_dir`` (a materialised workdir) into ``out_dir/cuda_extension.so``.
+
+    Never raises for a bad solution: compiler errors, a missing source or the time limit give
+    ``ok=False`` with the log. All units share one wall-clock budget of ``timeout_s``.
+    """
+    t0 = time.monotonic()
+    src = Path(src_dir)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    base = limits or Limits()
+    units, problems = collect_units(src, backend)
+    if problems:
+        return BuildResult(False, None, "\n".join(problems), time.monotonic() - t0, False)
+    if backend == "cuda" and flags_for("cuda").nvcc is None:
+        return BuildResult(
+            False, None, "nvcc not found (set CUDA_HOME)", time.monotonic() - t0, False
+        )
+    flags = flags_for(backend)
+    deps = _deps_digest(src)
+    for u in units:
+        u.key = _sha(
+            flags.key, u.kind, u.src.read_bytes(), deps if u.kind != "cuda" else _sha(deps, "cu")
+        )
+        u.obj = cache.obj_path(u.key)
+        u.cached = u.obj.exists()
+    notes: list[str] = []
+    pch_dir: Path | None = None
+    pch_state = "off"
+    if pch and any(u.kind == "binding" and not u.cached for u in units):
+        pch_dir, note = ensure_pch(cache, flags, base)
+        notes.append(note)
+        pch_state = "on" if pch_dir else "failed"
+    deadline = t0 + timeout_s
+
+    def compile_one(u: Unit) -> None:
+        if u.cached:
+            return
+        tmp = out / f".{u.key}.{uuid.uuid4().hex[:6]}.o"
+        cmd = _unit_cmd(u, flags, tmp, src, pch_dir)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            u.ok, u.timed_out, u.log = False, True, "not started: compile time limit reached"
+            return
+        lim = Limits(
+            **{**base.__dict__, "timeout_s": left, "drop_user": False, "address_space_mb": None}
+        )
+        t = time.monotonic()
+        res = run_confined(cmd, cwd=src, env=_compiler_env(), limits=lim)
+        u.seconds = time.monotonic() - t
+        u.log = (res.stdout + res.stderr).strip()
+        if res.returncode == 0 and tmp.exists():
+            cache.put(tmp, u.obj)  # type: ignore[arg-type]
+        else:
+            u.ok = False
+            u.timed_out = res.timed_out
+            if res.killed_for:
+                u.log += f"\n[{res.describe()}]"
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+    todo = [u for u in units if not u.cached]
+    # slowest first: bindings, then CUDA, then plain C++
+    todo.sort(key=lambda u: {"binding": 0, "main": 1, "cuda": 2, "kernel": 3}[u.kind])
+    if todo:
+        with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(todo)))) as ex:
+            list(ex.map(compile_one, todo))
+    logs = [
+        f"== {u.rel} ({u.kind}){' [cached]' if u.cached else f' {u.seconds:.1f}s'}\n{u.log}".rstrip()
+        for u in units
+        if u.log or not u.ok
+    ]
+    unit_facts = [
+        {
+            "file": u.rel,
+            "kind": u.kind,
+            "cached": u.cached,
+            "seconds": round(u.seconds, 3),
+            "ok": u.ok,
+        }
+        for u in units
+    ]
+    if not all(u.ok for u in units):
+        timed_out = any(u.timed_out for u in units)
+        head = f"compile time limit ({timeout_s:.0f}s) exceeded\n" if timed_out else ""
+        return BuildResult(
+            False,
+            None,
+            head + "\n".join(notes + logs),
+            time.monotonic() - t0,
+            False,
+            timed_out,
+            unit_facts,
+            pch_state,
+        )
+    # link (cached by the objects' keys and the libraries asked for)
+    text = "".join(u.src.read_text(errors="replace") for u in units if u.kind != "binding")
+    extra: list[str] = []
+    if backend == "cuda":
+        if re.search(r"cublas", text, re.I):
+            extra += ["-lcublas", "-lcublasLt"]
+        if re.search(r"cudnn", text, re.I):
+            extra += ["-lcudnn"]
+    mkey = _sha(flags.key, *sorted(u.key for u in units), *extra)
+    mod = cache.module_path(mkey)
+    all_cached = all(u.cached for u in units) and mod.exists()
+    if not mod.exists():
+        tmp = out / f".link.{uuid.uuid4().hex[:6]}.so"
+        objs = [str(u.obj) for u in units]
+        cmd = [flags.cxx, *objs, *flags.ldflags, *extra, "-o", str(tmp)]
+        left = max(1.0, deadline - time.monotonic())
+        res = run_confined(
+            cmd,
+            cwd=src,
+            env=_compiler_env(),
+            limits=Limits(**{**base.__dict__, "timeout_s": left, "drop_user": False}),
+        )
+        if res.returncode != 0 or not tmp.exists():
+            log = "\n".join(notes + logs + ["== link", (res.stdout + res.stderr).strip()])
+            return BuildResult(
+                False, None, log, time.monotonic() - t0, False, res.timed_out, unit_facts, pch_state
+            )
+        cache.put(tmp, mod)
+    so = out / "cuda_extension.so"
+    with contextlib.suppress(FileNotFoundError):
+        so.unlink()
+    shutil.copyfile(mod, so)
+    os.chmod(so, 0o755)
+    return BuildResult(
+        True,
+        so,
+        cap_text("\n".join(notes + logs), 16000),
+        time.monotonic() - t0,
+        all_cached,
+        False,
+        unit_facts,
+        pch_state,
+    )

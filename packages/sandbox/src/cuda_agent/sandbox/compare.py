@@ -1,0 +1,166 @@
+"""Output comparison, run in the trusted parent.
+
+Two-sided: the structure must match (tensor vs container, count, shape, dtype), every element
+must satisfy ``|c - r| <= atol + rtol * |r|`` (NaN never matches a number; a NaN or an infinity
+of the reference must be reproduced exactly), and the error's norm relative to the reference's
+norm must be at most ``norm_tol``, so an all-zero (or scaled-down) output cannot pass a task
+whose values are all below ``atol``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Tolerance:
+    atol: float = 1e-2
+    rtol: float = 1e-2
+    norm_tol: float = 2e-2
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    message: str = ""
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    rel_norm_err: float | None = None
+
+
+def _describe(x: Any) -> str:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return f"Tensor{tuple(x.shape)}:{str(x.dtype).replace('torch.', '')}"
+    return type(x).__name__
+
+
+def _flatten(obj: Any, path: str, out: list[tuple[str, Any]]) -> None:
+    if isinstance(obj, (list, tuple)):
+        out.append((path, ("seq", len(obj))))
+        for i, x in enumerate(obj):
+            _flatten(x, f"{path}[{i}]", out)
+    elif isinstance(obj, dict):
+        out.append((path, ("dict", tuple(sorted(map(str, obj))))))
+        for k in sorted(obj, key=str):
+            _flatten(obj[k], f"{path}[{k!r}]", out)
+    else:
+        out.append((path, obj))
+
+
+def compare(ref: Any, cand: Any, tol: Tolerance) -> Verdict:
+    """Compare a candidate's output with the reference's (both already on the CPU)."""
+    import torch
+
+    rl: list[tuple[str, Any]] = []
+    cl: list[tuple[str, Any]] = []
+    _flatten(ref, "out", rl)
+    _flatten(cand, "out", cl)
+    if len(rl) != len(cl):
+        return Verdict(
+            False, f"output structure differs: reference has {len(rl)} parts, candidate {len(cl)}"
+        )
+    worst_abs = worst_rel = worst_norm = 0.0
+    for (path, r), (_, c) in zip(rl, cl, strict=True):
+        if isinstance(r, tuple) and r and r[0] in ("seq", "dict"):
+            if r != c:
+                return Verdict(
+                    False, f"{path}: structure differs: reference {r}, candidate {_short(c)}"
+                )
+            continue
+        if isinstance(r, torch.Tensor):
+            if not isinstance(c, torch.Tensor):
+                return Verdict(False, f"{path}: expected {_describe(r)}, got {_describe(c)}")
+            if r.dtype != c.dtype:
+                return Verdict(False, f"{path}: dtype {c.dtype} != reference {r.dtype}")
+            if tuple(r.shape) != tuple(c.shape):
+                return Verdict(
+                    False, f"{path}: shape {tuple(c.shape)} != reference {tuple(r.shape)}"
+                )
+            if c.layout != torch.strided or c.is_quantized:
+                return Verdict(False, f"{path}: unsupported tensor layout {c.layout}")
+            v = _compare_tensor(path, r, c, tol)
+            if not v.passed:
+                return v
+            worst_abs = max(worst_abs, v.max_abs_err or 0.0)
+            worst_rel = max(worst_rel, v.max_rel_err or 0.0)
+            worst_norm = max(worst_norm, v.rel_norm_err or 0.0)
+        else:
+            if isinstance(c, torch.Tensor) or type(r) is not type(c):
+                return Verdict(False, f"{path}: expected {_describe(r)}, got {_describe(c)}")
+            if isinstance(r, float):
+                if r != r or c != c:
+                    if not (r != r and c != c):
+                        return Verdict(False, f"{path}: NaN mismatch ({c} vs reference {r})")
+                elif abs(c - r) > tol.atol + tol.rtol * abs(r):
+                    return Verdict(False, f"{path}: {c} != reference {r}")
+            elif r != c:
+                return Verdict(False, f"{path}: {_short(c)} != reference {_short(r)}")
+    return Verdict(True, "", worst_abs, worst_rel, worst_norm)
+
+
+def _short(x: Any) -> str:
+    s = repr(x)
+    return s if len(s) < 80 else s[:77] + "..."
+
+
+def _compare_tensor(path: str, r: Any, c: Any, tol: Tolerance) -> Verdict:
+    import torch
+
+    if r.numel() == 0:
+        return Verdict(True, "", 0.0, 0.0, 0.0)
+    if not (r.is_floating_point() or r.is_complex()):
+        eq = torch.equal(r, c)
+        return Verdict(
+            eq,
+            "" if eq else f"{path}: values differ ({int((r != c).sum())} of {r.numel()} elements)",
+            0.0 if eq else None,
+        )
+    r64 = r.to(torch.complex128 if r.is_complex() else torch.float64)
+    c64 = c.to(r64.dtype)
+    r_fin = torch.isfinite(r64)
+    c_fin = torch.isfinite(c64)
+    # non-finite reference values must be reproduced exactly (NaN where NaN, same infinity)
+    nonfin = ~r_fin
+    if bool(nonfin.any()):
+        r_nan = torch.isnan(r64)
+        c_nan = torch.isnan(c64)
+        bad = (r_nan != c_nan) | (~r_nan & nonfin & (c64 != r64))
+        if bool(bad.any()):
+            return Verdict(
+                False, f"{path}: {int(bad.sum())} non-finite reference values not reproduced"
+            )
+    both = r_fin
+    if bool((both & ~c_fin).any()):
+        n = int((both & ~c_fin).sum())
+        return Verdict(False, f"{path}: {n} NaN/Inf where the reference is finite")
+    rf = torch.where(both, r64, torch.zeros_like(r64))
+    cf = torch.where(both, c64, torch.zeros_like(c64))
+    diff = (cf - rf).abs()
+    allowed = tol.atol + tol.rtol * rf.abs()
+    over = diff > allowed
+    max_abs = float(diff.max())
+    max_rel = float((diff / rf.abs().clamp_min(1e-12)).max())
+    rnorm = float(torch.linalg.vector_norm(rf))
+    dnorm = float(torch.linalg.vector_norm(cf - rf))
+    rel_norm = dnorm / rnorm if rnorm > 0 else (0.0 if dnorm == 0 else float("inf"))
+    if bool(over.any()):
+        n = int(over.sum())
+        return Verdict(
+            False,
+            f"{path}: {n} of {r.numel()} elements outside atol={tol.atol} rtol={tol.rtol} (max abs err {max_abs:.3g})",
+            max_abs,
+            max_rel,
+            rel_norm,
+        )
+    if rnorm > 0 and rel_norm > tol.norm_tol:
+        return Verdict(
+            False,
+            f"{path}: relative error norm {rel_norm:.3g} > {tol.norm_tol} (output does not follow the reference's values)",
+            max_abs,
+            max_rel,
+            rel_norm,
+        )
+    return Verdict(True, "", max_abs, max_rel, rel_norm)

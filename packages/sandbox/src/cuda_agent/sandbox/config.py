@@ -1,0 +1,75 @@
+"""Settings of an evaluation (one object, passed to :func:`evaluate` and :class:`SandboxPool`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """How a candidate is built, verified and timed. Defaults follow the paper where it says."""
+
+    backend: str = "auto"  # cuda | cpu | auto (cuda when a GPU and nvcc exist)
+    # correctness
+    atol: float = 1e-2
+    rtol: float = 1e-2
+    norm_tol: float = (
+        2e-2  # max ||cand - ref|| / ||ref|| (stops all-zero outputs on small-valued tasks)
+    )
+    trials: int = 5  # >= 5; variants: base, shift, base, scale, base, ...
+    # wall-clock limits (seconds)
+    compile_timeout_s: float = 300.0
+    reference_timeout_s: float = 600.0
+    verify_timeout_s: float = 300.0
+    time_timeout_s: float = 600.0
+    baseline_timeout_s: float = 1200.0
+    # timing
+    timing: bool = True
+    timing_config: dict[str, Any] | None = (
+        None  # profiler TimingConfig fields; None: protocol default (cpu: quick)
+    )
+    timing_sets: int = 2
+    baselines: bool = True
+    compile_baseline: bool | None = None  # None: on for cuda, off for cpu
+    # guards
+    guard_policy: str = "strict"  # strict | kernelbench | off
+    # build
+    cache_dir: str | None = None
+    compile_jobs: int = 4  # parallel compiler processes per candidate
+    pch: bool = True  # precompile the torch/pybind prelude of bindings
+    # isolation
+    tmp_root: str | None = None
+    keep_dirs: bool = False
+    nproc: int = 512
+    fsize_mb: int = 8192
+    host_mem_mb: int = 32768  # resident memory of a candidate's process tree (cpu: also RLIMIT_AS)
+    no_network: bool = True
+    drop_user: bool = True
+
+    def with_(self, **kw: Any) -> SandboxConfig:
+        """A copy with some fields replaced."""
+        return replace(self, **kw)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> SandboxConfig:
+        names = {f.name for f in fields(SandboxConfig)}
+        return SandboxConfig(**{k: v for k, v in d.items() if k in names})
+
+
+def resolve_backend(backend: str) -> str:
+    """'auto' -> 'cuda' when nvidia-smi sees a GPU and nvcc exists, else 'cpu'."""
+    if backend in ("cuda", "cpu"):
+        return backend
+    from .toolchain import device_capability, nvcc
+
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        return "cpu"
+    return "cuda" if (nvcc() and device_capability()) else "cpu"
+
+
+_ = field

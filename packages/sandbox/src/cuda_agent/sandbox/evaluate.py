@@ -1,0 +1,717 @@
+"""Evaluate one candidate: materialise, compile, verify against the reference, time.
+
+Trust model (ARCHITECTURE.md): the parent (this module) draws a secret seed, has the reference's
+outputs computed in a process of their own, starts the candidate in another confined process
+that receives only the trial seeds, init inputs and the reference's state_dict, and compares
+what comes back. Timing runs in a fresh candidate process; the output of a call made after the
+timed calls is re-checked. Baselines come from the profiler (trusted process, cached).
+
+The two halves are separate so a pool can overlap them: :func:`prepare` (CPU: static guards,
+materialise, compile) and :func:`run_on_device` (reference, verify, time).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cuda_agent.records import (
+    Candidate,
+    CompileDetail,
+    CorrectnessDetail,
+    EvalResult,
+    GuardViolation,
+    Status,
+    TimingDetail,
+    TimingStats,
+    TrialDetail,
+)
+
+from .build import ObjectCache, build_workdir
+from .compare import Tolerance, compare
+from .config import SandboxConfig, resolve_backend
+from .isolation import Limits, Outcome, cap_text, caps, prepare_writable, run_confined
+from .toolchain import default_cache_dir, device_capability, torch_arch_list
+from .workspace import SolutionError, materialise
+
+LOG_TAIL = 8000
+_BASELINE_LOCK = threading.Lock()
+
+
+@dataclass
+class Prepared:
+    """A candidate after the CPU half: its directories and, unless it already failed, a build."""
+
+    candidate: Candidate
+    config: SandboxConfig
+    backend: str
+    root: Path | None = None
+    work: Path | None = None
+    result: EvalResult | None = None  # set when the evaluation already ended (e.g. compile error)
+    compile: CompileDetail | None = None
+    guards: list[GuardViolation] = field(default_factory=list)
+    stages: dict[str, float] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    t0: float = 0.0
+
+
+def cache_root(config: SandboxConfig) -> Path:
+    """The cache directory; when candidates run under another uid it must be reachable by it."""
+    if config.cache_dir:
+        return Path(config.cache_dir)
+    d = default_cache_dir()
+    if config.drop_user and caps().drop_user and not _world_reachable(d):
+        d = Path(tempfile.gettempdir()) / "cuda-agent-sandbox-cache"
+    return d
+
+
+def _world_reachable(p: Path) -> bool:
+    p = p.resolve()
+    for parent in [p, *p.parents]:
+        if parent.exists() and not (parent.stat().st_mode & 0o001):
+            return False
+    return True
+
+
+def _shared_dir(p: Path) -> Path:
+    p.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):
+        os.chmod(p, 0o1777)
+    return p
+
+
+def _result(p: Prepared, status: Status, message: str = "", **kw: Any) -> EvalResult:
+    c = p.candidate
+    meta = dict(p.meta)
+    meta["stages_s"] = {k: round(v, 3) for k, v in p.stages.items()}
+    return EvalResult(
+        task_id=c.task.id,
+        solution_id=c.solution.id,
+        backend=p.backend,  # type: ignore[arg-type]
+        device=kw.pop("device", meta.get("device", "")),
+        status=status,
+        message=message,
+        compile=p.compile,
+        guards=list(p.guards),
+        seconds=time.monotonic() - p.t0,
+        meta=meta,
+        **kw,
+    )
+
+
+def _candidate_env(tmp: Path, gpu: str | None, backend: str, cache: Path) -> dict[str, str]:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "HOME": str(tmp),
+        "TMPDIR": str(tmp),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONHASHSEED": "0",
+        "TORCH_EXTENSIONS_DIR": str(tmp / "torch_extensions"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
+        "TRITON_CACHE_DIR": str(_shared_dir(cache / "triton")),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(min(8, os.cpu_count() or 1))),
+    }
+    for k in (
+        "PYTHONPATH",
+        "LD_LIBRARY_PATH",
+        "CUDA_HOME",
+        "CUDA_PATH",
+        "LANG",
+        "LC_ALL",
+        "CUDA_AGENT_ARCH",
+    ):
+        if k in os.environ:
+            env[k] = os.environ[k]
+    if backend == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = (
+            gpu if gpu is not None else os.environ.get("CUDA_VISIBLE_DEVICES", "0")
+        )
+        cap = device_capability()
+        if cap:
+            env["TORCH_CUDA_ARCH_LIST"] = torch_arch_list(cap)
+        env["MAX_JOBS"] = str(max(2, min(16, os.cpu_count() or 2)))
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def _limits(
+    config: SandboxConfig, timeout_s: float, backend: str, *, drop_user: bool = True
+) -> Limits:
+    return Limits(
+        timeout_s=timeout_s,
+        nproc=config.nproc,
+        fsize_mb=config.fsize_mb,
+        address_space_mb=config.host_mem_mb + 4096 if backend == "cpu" else None,
+        rss_mb=config.host_mem_mb,
+        no_network=config.no_network,
+        drop_user=config.drop_user and drop_user,
+    )
+
+
+def _run_op(
+    spec: dict[str, Any],
+    spec_dir: Path,
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    limits: Limits,
+    slot: int,
+) -> tuple[Outcome, dict[str, Any]]:
+    """Run one runner op; returns the outcome and the op's report ({} when it wrote none)."""
+    spec_path = spec_dir / f"{spec['op']}.spec.json"
+    spec_path.write_text(json.dumps(spec))
+    os.chmod(spec_path, 0o644)
+    cmd = [sys.executable, "-m", "cuda_agent.sandbox.runner", str(spec_path)]
+    out = run_confined(cmd, cwd=cwd, env=env, limits=limits, slot=slot)
+    report: dict[str, Any] = {}
+    with contextlib.suppress(OSError, json.JSONDecodeError):
+        report = json.loads(Path(spec["report"]).read_text())
+    return out, report
+
+
+def _error_text(out: Outcome, report: dict[str, Any]) -> str:
+    err = report.get("error") or {}
+    if err:
+        msg = f"{err.get('type')}: {err.get('message')}"
+        tb = err.get("traceback", "")
+        return cap_text(msg + ("\n" + tb if tb else ""), LOG_TAIL)
+    return cap_text(f"{out.describe()}\n{out.stderr.strip()}", LOG_TAIL)
+
+
+def _static_guards(c: Candidate, policy: str) -> tuple[list[GuardViolation], list[str]]:
+    """Static findings and the kernel names of the candidate's sources (for the runtime guard)."""
+    try:
+        from cuda_agent.guards.static import analyze
+    except ImportError:
+        from cuda_agent.guards.api import static_checks
+
+        return list(static_checks(c, policy, own_modules=("cuda_extension",))), _own_kernels(c)
+    rep = analyze(c, policy, ("cuda_extension",))
+    return list(rep.findings), sorted(set(getattr(rep, "kernels", []) or [])) or _own_kernels(c)
+
+
+def _own_kernels(c: Candidate) -> list[str]:
+    files = c.solution.files
+    names: list[str] = []
+    for name, text in files.items():
+        if name.endswith((".cu", ".cuh", ".py")):
+            names += re.findall(
+                r"__global__\s+(?:void|[\w:<>]+)\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*\(",
+                text,
+            )
+    return sorted(set(names))
+
+
+def prepare(candidate: Candidate, config: SandboxConfig, *, backend: str | None = None) -> Prepared:
+    """The CPU half: static guard checks, a fresh directory, compilation. Never raises for a
+    candidate's fault; infrastructure failures become ``infra_error`` results."""
+    be = backend or resolve_backend(config.backend)
+    p = Prepared(candidate=candidate, config=config, backend=be, t0=time.monotonic())
+    try:
+        _prepare(p)
+    except Exception as e:  # noqa: BLE001 - the evaluator's own failure
+        import traceback
+
+        p.result = _result(
+            p,
+            Status.INFRA_ERROR,
+            f"sandbox error while preparing: {type(e).__name__}: {e}",
+        )
+        p.result.meta["traceback"] = traceback.format_exc()[-4000:]
+    return p
+
+
+def _prepare(p: Prepared) -> None:
+    cfg, c = p.config, p.candidate
+    t = time.monotonic()
+    if cfg.guard_policy != "off":
+        p.guards, p.meta["own_kernels"] = _static_guards(c, cfg.guard_policy)
+    p.stages["static_guards"] = time.monotonic() - t
+    if any(g.severity == "reject" for g in p.guards):
+        p.result = _result(
+            p,
+            Status.GUARD_VIOLATION,
+            "; ".join(f"{g.code}: {g.message}" for g in p.guards if g.severity == "reject"),
+        )
+        return
+    root = Path(tempfile.mkdtemp(prefix="sbx-", dir=cfg.tmp_root))
+    os.chmod(root, 0o711)
+    p.root = root
+    (root / "private").mkdir(mode=0o700)
+    cache = cache_root(cfg)
+    cache.mkdir(parents=True, exist_ok=True)
+    try:
+        p.work = materialise(c.task, c.solution, root / "work", p.backend)
+    except SolutionError as e:
+        p.compile = CompileDetail(ok=False, log_tail=str(e))
+        p.result = _result(p, Status.COMPILE_ERROR, f"solution files: {e}")
+        return
+    os.chmod(p.work, 0o755)
+    t = time.monotonic()
+    if c.solution.format == "workdir":
+        b = build_workdir(
+            p.work,
+            p.work / "build",
+            backend=p.backend,
+            cache=ObjectCache(cache / "build"),
+            jobs=cfg.compile_jobs,
+            timeout_s=cfg.compile_timeout_s,
+            pch=cfg.pch,
+            limits=_limits(cfg, cfg.compile_timeout_s, p.backend, drop_user=False),
+        )
+        os.chmod(p.work / "build", 0o755)
+        p.compile = CompileDetail(
+            ok=b.ok, seconds=b.seconds, log_tail=cap_text(b.log, LOG_TAIL), cached=b.cached
+        )
+        p.meta["build"] = {"units": b.units, "pch": b.pch}
+        p.stages["compile"] = time.monotonic() - t
+        if not b.ok:
+            msg = (
+                f"compile time limit ({cfg.compile_timeout_s:.0f}s) exceeded"
+                if b.timed_out
+                else "compilation failed"
+            )
+            p.result = _result(p, Status.COMPILE_ERROR, msg)
+        return
+    # kernelbench: import model_new.py in a GPU-less confined process; its load_inline builds run
+    # into the content-keyed cache, where the verify and timing processes find them.
+    kb_cache = _shared_dir(cache / "kb_ext")
+    tmp = root / "tmp_compile"
+    prepare_writable(tmp, 0, _limits(p.config, 1, p.backend))
+    env = _candidate_env(tmp, None, p.backend, cache)
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    spec = {
+        "op": "compile",
+        "ref_path": str(p.work / "model.py"),
+        "workdir": str(p.work),
+        "format": "kernelbench",
+        "kb_cache": str(kb_cache),
+        "report": str(tmp / "compile.report.json"),
+    }
+    out, rep = _run_op(
+        spec,
+        root,
+        cwd=p.work,
+        env=env,
+        limits=_limits(cfg, cfg.compile_timeout_s, p.backend),
+        slot=0,
+    )
+    p.stages["compile"] = time.monotonic() - t
+    builds = rep.get("builds", [])
+    p.meta["build"] = {
+        "kernelbench": [{k: v for k, v in b.items() if k != "error"} for b in builds]
+    }
+    failed = [b for b in builds if b.get("error")]
+    cached = bool(builds) and all(b.get("hit") for b in builds)
+    if out.timed_out:
+        p.compile = CompileDetail(
+            ok=False, seconds=out.seconds, log_tail=cap_text(out.stderr, LOG_TAIL)
+        )
+        p.result = _result(
+            p, Status.COMPILE_ERROR, f"compile time limit ({cfg.compile_timeout_s:.0f}s) exceeded"
+        )
+    elif failed:
+        log = "\n".join(b["error"] for b in failed)
+        p.compile = CompileDetail(ok=False, seconds=out.seconds, log_tail=cap_text(log, LOG_TAIL))
+        p.result = _result(p, Status.COMPILE_ERROR, "load_inline build failed")
+    elif not rep and out.returncode != 0:
+        p.compile = CompileDetail(
+            ok=False, seconds=out.seconds, log_tail=cap_text(out.stderr, LOG_TAIL)
+        )
+        p.result = _result(p, Status.RUNTIME_ERROR, f"importing model_new.py: {out.describe()}")
+    else:
+        note = (
+            ""
+            if rep.get("import_ok", True)
+            else f"import deferred to verification: {rep.get('import_error', '')}"
+        )
+        p.compile = CompileDetail(
+            ok=True, seconds=out.seconds, log_tail=cap_text(note, LOG_TAIL), cached=cached
+        )
+
+
+def run_on_device(p: Prepared, *, gpu: str | None = None, slot: int = 0) -> EvalResult:
+    """The device half: reference outputs, verification, timing. Cleans the directories."""
+    try:
+        if p.result is not None:
+            return p.result
+        return _run_on_device(p, gpu, slot)
+    except Exception as e:  # noqa: BLE001 - the evaluator's own failure
+        import traceback
+
+        r = _result(p, Status.INFRA_ERROR, f"sandbox error: {type(e).__name__}: {e}")
+        r.meta["traceback"] = traceback.format_exc()[-4000:]
+        return r
+    finally:
+        if p.root is not None and not p.config.keep_dirs:
+            shutil.rmtree(p.root, ignore_errors=True)
+
+
+def _run_on_device(p: Prepared, gpu: str | None, slot: int) -> EvalResult:
+    import torch
+
+    cfg, c = p.config, p.candidate
+    assert p.root is not None and p.work is not None
+    root, work = p.root, p.work
+    cache = cache_root(cfg)
+    device = "cuda" if p.backend == "cuda" else "cpu"
+    private = root / "private"
+    io = root / "io"
+    tmp = root / "tmp"
+    lim_c = _limits(cfg, 1, p.backend)
+    prepare_writable(io, slot, lim_c)
+    prepare_writable(tmp, slot, lim_c)
+    env = _candidate_env(tmp, gpu, p.backend, cache)
+    secret = secrets.randbits(62)
+    n_trials = max(5, cfg.trials)
+    from .runner import variant_schedule
+
+    trials = [
+        {"seed": (secret + 7919 * (i + 1)) % (1 << 62), "variant": v}
+        for i, v in enumerate(variant_schedule(n_trials))
+    ]
+    init_seed = (secret ^ 0x5DEECE66D) % (1 << 62)
+    init_path, sd_path = root / "init_inputs.pt", root / "state_dict.pt"
+    # 1. reference, in its own process (trusted code, same user, no network)
+    t = time.monotonic()
+    ref_env = dict(env, HOME=str(private), TMPDIR=str(private))
+    spec = {
+        "op": "reference",
+        "ref_path": str(work / "model.py"),
+        "device": device,
+        "init_seed": init_seed,
+        "trials": trials,
+        "init_path": str(init_path),
+        "sd_path": str(sd_path),
+        "ref_out_dir": str(private),
+        "report": str(private / "reference.report.json"),
+    }
+    out, rep = _run_op(
+        spec,
+        private,
+        cwd=work,
+        env=ref_env,
+        limits=_limits(cfg, cfg.reference_timeout_s, p.backend, drop_user=False),
+        slot=slot,
+    )
+    p.stages["reference"] = time.monotonic() - t
+    p.meta["isolation"] = out.isolation
+    if not rep.get("ok"):
+        return _result(p, Status.INFRA_ERROR, "reference failed: " + _error_text(out, rep))
+    p.meta["device"] = rep.get("device_name", device)
+    for f in (init_path, sd_path):
+        os.chmod(f, 0o644)
+    refs = []
+    for i in range(n_trials):
+        f = private / f"ref_{i}.pt"
+        refs.append(torch.load(f, weights_only=False))
+        f.unlink()  # the candidate must never see a reference output
+    # 2. candidate verification, in a confined process receiving only seeds, init inputs, weights
+    t = time.monotonic()
+    cand_spec = {
+        "op": "candidate",
+        "ref_path": str(work / "model.py"),
+        "workdir": str(work),
+        "module_dir": str(work / "build") if c.solution.format == "workdir" else None,
+        "format": c.solution.format,
+        "kb_cache": str(cache / "kb_ext"),
+        "device": device,
+        "backend": p.backend,
+        "init_seed": init_seed,
+        "init_path": str(init_path),
+        "sd_path": str(sd_path),
+        "trials": trials,
+        "io_dir": str(io),
+        "guard_policy": cfg.guard_policy,
+        "own_kernels": p.meta.get("own_kernels") or [],
+        "report": str(io / "candidate.report.json"),
+    }
+    out, rep = _run_op(
+        cand_spec,
+        root,
+        cwd=work,
+        env=env,
+        limits=_limits(cfg, cfg.verify_timeout_s, p.backend),
+        slot=slot,
+    )
+    p.stages["verify"] = time.monotonic() - t
+    p.meta["isolation"] = out.isolation
+    tol = Tolerance(cfg.atol, cfg.rtol, cfg.norm_tol)
+    details: list[TrialDetail] = []
+    cand_outs: list[Any] = []
+    for i, tr in enumerate(trials):
+        f = io / f"out_{i}.pt"
+        if not f.exists():
+            details.append(TrialDetail(variant=tr["variant"], passed=False, message="no output"))
+            continue
+        try:
+            cand_out = torch.load(f, weights_only=True)
+        except Exception as e:  # noqa: BLE001 - whatever the candidate wrote
+            details.append(
+                TrialDetail(
+                    variant=tr["variant"],
+                    passed=False,
+                    message=f"unreadable output: {type(e).__name__}: {e}"[:500],
+                )
+            )
+            continue
+        cand_outs.append(cand_out)
+        v = compare(refs[i], cand_out, tol)
+        details.append(
+            TrialDetail(
+                variant=tr["variant"],
+                passed=v.passed,
+                max_abs_err=v.max_abs_err,
+                max_rel_err=v.max_rel_err,
+                rel_norm_err=v.rel_norm_err,
+                message=v.message,
+            )
+        )
+        with contextlib.suppress(OSError):
+            f.unlink()
+    if cfg.guard_policy != "off" and len(cand_outs) == n_trials:
+        from cuda_agent.guards.api import output_checks
+
+        p.guards.extend(output_checks(refs, cand_outs, policy=cfg.guard_policy))
+    passed = (
+        len(details) == n_trials
+        and all(d.passed for d in details)
+        and rep.get("ok") is True
+        and out.returncode == 0
+    )
+    corr = CorrectnessDetail(
+        passed=passed, atol=cfg.atol, rtol=cfg.rtol, trials=details, seconds=p.stages["verify"]
+    )
+    if rep.get("state_dict"):
+        p.meta["state_dict"] = rep["state_dict"]
+    runtime_guards = [GuardViolation(**g) for g in rep.get("guards", []) if isinstance(g, dict)]
+    p.guards.extend(runtime_guards)
+    if out.timed_out:
+        corr.message = f"verification exceeded {cfg.verify_timeout_s:.0f}s"
+        return _result(
+            p,
+            Status.TIMEOUT,
+            corr.message + f" (at {rep.get('stage', 'start')})" if rep else corr.message,
+            correctness=corr,
+        )
+    if out.returncode != 0 or not rep.get("ok"):
+        corr.message = _error_text(out, rep)
+        status = Status.RUNTIME_ERROR
+        return _result(
+            p,
+            status,
+            f"candidate failed ({out.describe()}): " + corr.message.splitlines()[0][:500]
+            if corr.message
+            else out.describe(),
+            correctness=corr,
+        )
+    rejects = [g for g in p.guards if g.severity == "reject"]
+    if rejects:
+        return _result(
+            p,
+            Status.GUARD_VIOLATION,
+            "; ".join(f"{g.code}: {g.message}" for g in rejects)[:2000],
+            correctness=corr,
+        )
+    if not passed:
+        first = next((d for d in details if not d.passed), None)
+        corr.message = first.message if first else "incorrect"
+        return _result(
+            p,
+            Status.INCORRECT,
+            f"trial {details.index(first) if first else '?'} ({first.variant if first else ''}): {corr.message}",
+            correctness=corr,
+        )
+    if not cfg.timing:
+        return _result(p, Status.OK, "correct (timing skipped)", correctness=corr)
+    # 3. timing in a fresh process, then the re-check of a call made after the timed ones
+    t = time.monotonic()
+    tspec = dict(
+        cand_spec,
+        op="time",
+        report=str(io / "time.report.json"),
+        timing_config=_timing_config(cfg, p.backend),
+        timing_sets=cfg.timing_sets,
+    )
+    out, rep = _run_op(
+        tspec,
+        root,
+        cwd=work,
+        env=env,
+        limits=_limits(cfg, cfg.time_timeout_s, p.backend),
+        slot=slot,
+    )
+    p.stages["time"] = time.monotonic() - t
+    if out.timed_out:
+        return _result(
+            p, Status.TIMEOUT, f"timing exceeded {cfg.time_timeout_s:.0f}s", correctness=corr
+        )
+    if out.returncode != 0 or not rep.get("ok"):
+        return _result(
+            p,
+            Status.RUNTIME_ERROR,
+            "candidate failed while timed: " + _error_text(out, rep).splitlines()[0][:500],
+            correctness=corr,
+        )
+    tf = io / "timed_out.pt"
+    try:
+        v = compare(refs[0], torch.load(tf, weights_only=True), tol)
+    except Exception as e:  # noqa: BLE001
+        v = None
+        msg = f"unreadable output after timing: {type(e).__name__}"
+    if v is None or not v.passed:
+        msg = msg if v is None else v.message
+        corr.passed = False
+        corr.message = "output after the timed calls is wrong: " + msg
+        return _result(p, Status.INCORRECT, corr.message, correctness=corr)
+    cand_stats = TimingStats(
+        **{k: val for k, val in rep["stats"].items() if k in TimingStats.__struct_fields__}
+    )
+    timing = TimingDetail(
+        protocol_version=_protocol(),
+        candidate=cand_stats,
+        flags=list(rep["stats"].get("flags", []) or []),
+        seconds=p.stages["time"],
+    )
+    speed_e = speed_c = None
+    if cfg.baselines:
+        t = time.monotonic()
+        b = _baseline(c, cfg, p.backend, gpu)
+        p.stages["baseline"] = time.monotonic() - t
+        if b is not None:
+            timing.eager, timing.compile = b.eager, b.compile
+            if b.error:
+                timing.flags.append(f"baseline: {b.error[:200]}")
+            if b.eager and cand_stats.median_ms > 0:
+                speed_e = b.eager.median_ms / cand_stats.median_ms
+                timing.speedup_vs_eager_ci = _ratio_ci(b.eager, cand_stats)
+            if b.compile and cand_stats.median_ms > 0:
+                speed_c = b.compile.median_ms / cand_stats.median_ms
+                timing.speedup_vs_compile_ci = _ratio_ci(b.compile, cand_stats)
+    from cuda_agent.guards.api import timing_checks
+
+    tg = list(timing_checks(timing, None)) if cfg.guard_policy != "off" else []
+    p.guards.extend(tg)
+    if any(g.severity == "reject" for g in tg):
+        return _result(
+            p,
+            Status.GUARD_VIOLATION,
+            "; ".join(f"{g.code}: {g.message}" for g in tg if g.severity == "reject"),
+            correctness=corr,
+            timing=timing,
+            speedup_vs_eager=speed_e,
+            speedup_vs_compile=speed_c,
+        )
+    return _result(
+        p,
+        Status.OK,
+        "correct and timed",
+        correctness=corr,
+        timing=timing,
+        speedup_vs_eager=speed_e,
+        speedup_vs_compile=speed_c,
+    )
+
+
+def _protocol() -> str:
+    from cuda_agent.profiler import PROTOCOL_VERSION
+
+    return PROTOCOL_VERSION
+
+
+def _timing_config(cfg: SandboxConfig, backend: str) -> dict[str, Any]:
+    from cuda_agent.profiler import TimingConfig, quick_config
+
+    base = quick_config() if backend == "cpu" else TimingConfig()
+    d = base.to_dict()
+    d.update(cfg.timing_config or {})
+    return d
+
+
+def _ratio_ci(base: TimingStats, cand: TimingStats) -> tuple[float, float] | None:
+    if None in (base.ci95_low_ms, base.ci95_high_ms, cand.ci95_low_ms, cand.ci95_high_ms):
+        return None
+    lo = base.ci95_low_ms / cand.ci95_high_ms if cand.ci95_high_ms else None  # type: ignore[operator]
+    hi = base.ci95_high_ms / cand.ci95_low_ms if cand.ci95_low_ms else None  # type: ignore[operator]
+    return (lo, hi) if lo and hi else None
+
+
+def _baseline(c: Candidate, cfg: SandboxConfig, backend: str, gpu: str | None):
+    """The task's eager/compile baseline on this device: from the task record when it matches,
+    else from the profiler (own process, cached per task and device)."""
+    from cuda_agent.profiler import PROTOCOL_VERSION, TimingConfig, quick_config
+    from cuda_agent.profiler.baseline import device_name
+
+    want_compile = cfg.compile_baseline if cfg.compile_baseline is not None else backend == "cuda"
+    device = "cuda" if backend == "cuda" else "cpu"
+    b = c.task.baseline
+    if (
+        b is not None
+        and b.backend == backend
+        and b.protocol_version == PROTOCOL_VERSION
+        and b.eager is not None
+    ):
+        with contextlib.suppress(Exception):
+            if b.device == device_name(device):
+                return b
+    tc = quick_config() if backend == "cpu" else TimingConfig()
+    if cfg.timing_config:
+        tc = TimingConfig.from_dict({**tc.to_dict(), **cfg.timing_config})
+    with _BASELINE_LOCK:
+        return _baseline_locked(c, cfg, backend, gpu, device, want_compile, tc)
+
+
+def _baseline_locked(
+    c: Candidate,
+    cfg: SandboxConfig,
+    backend: str,
+    gpu: str | None,
+    device: str,
+    want_compile: bool,
+    tc: Any,
+):
+    from cuda_agent.profiler.baseline import baseline_for_task
+
+    old = os.environ.get("CUDA_VISIBLE_DEVICES")
+    try:
+        if backend == "cuda" and gpu is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = gpu  # inherited by the profiler's worker process
+        return baseline_for_task(
+            c.task,
+            device=device,
+            compile_mode="default" if want_compile else None,
+            timeout_s=cfg.baseline_timeout_s,
+            config=tc,
+        )
+    finally:
+        if backend == "cuda" and gpu is not None:
+            if old is None:
+                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = old
+
+
+def evaluate(
+    candidate: Candidate,
+    config: SandboxConfig | None = None,
+    *,
+    gpu: str | None = None,
+    slot: int = 0,
+) -> EvalResult:
+    """Build, verify and time one candidate; always returns an ``EvalResult`` (failures of the
+    candidate, and of the sandbox itself as ``infra_error``, are results)."""
+    cfg = config or SandboxConfig()
+    return run_on_device(prepare(candidate, cfg), gpu=gpu, slot=slot)

@@ -1,0 +1,417 @@
+"""Run one untrusted command confined: own session, limits, no network, another uid, a deadline.
+
+:func:`run_confined` is the only way the sandbox starts a process that runs candidate code (or
+compiles it). Guarantees, where the OS allows (what was in force is returned in
+``Outcome.isolation``):
+
+- a new session and process group; on the deadline, and again after every exit, the whole group,
+  the pids cgroup and (under its own uid) every process of the sandbox uid are SIGKILLed, so
+  nothing the candidate started outlives its phase;
+- process count (pids cgroup, else RLIMIT_NPROC under a dedicated uid), file size, open files,
+  address space (``address_space_mb``, CPU work only) and a resident-memory watchdog;
+- no network (a fresh network namespace: no interface is up);
+- an unprivileged, per-slot uid when started as root and the interpreter is reachable by it;
+- stdout/stderr captured with a cap: the head and tail are kept and the cut is said.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+JAIL = str(Path(__file__).with_name("jail.py"))
+UID_BASE = 61000
+
+
+@dataclass
+class Limits:
+    """Limits of one confined process. ``None`` disables a limit."""
+
+    timeout_s: float = 120.0
+    nproc: int | None = 512
+    fsize_mb: int | None = 4096
+    nofile: int | None = 4096
+    address_space_mb: int | None = None  # RLIMIT_AS: CPU-only work (CUDA reserves huge ranges)
+    rss_mb: int | None = 32768  # watchdog on the resident memory of the whole process tree
+    no_network: bool = True
+    drop_user: bool = True
+    output_cap: int = 64_000  # bytes of stdout and of stderr kept (half head, half tail)
+
+
+@dataclass
+class Outcome:
+    """What happened to a confined process."""
+
+    returncode: int | None
+    timed_out: bool
+    seconds: float
+    stdout: str
+    stderr: str
+    killed_for: str = ""  # "timeout" | "memory" | ""
+    isolation: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def signal(self) -> int | None:
+        rc = self.returncode
+        return -rc if rc is not None and rc < 0 else None
+
+    def describe(self) -> str:
+        """One line: exit code or signal, or why it was killed."""
+        if self.killed_for == "timeout":
+            return f"killed after the {self.seconds:.0f}s wall-clock limit"
+        if self.killed_for == "memory":
+            return "killed: resident memory over the limit"
+        if self.signal:
+            try:
+                name = signal.Signals(self.signal).name
+            except ValueError:
+                name = str(self.signal)
+            return f"died of signal {name}"
+        return f"exit code {self.returncode}"
+
+
+class _Capped:
+    """Keeps the first and last ``cap/2`` bytes of a stream and counts the rest."""
+
+    def __init__(self, cap: int):
+        self.head_cap = cap // 2
+        self.tail_cap = cap - self.head_cap
+        self.head = bytearray()
+        self.tail: deque[bytes] = deque()
+        self.tail_len = 0
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail.append(data)
+            self.tail_len += len(data)
+            while self.tail and self.tail_len - len(self.tail[0]) >= self.tail_cap:
+                self.tail_len -= len(self.tail.popleft())
+
+    def text(self) -> str:
+        tail = b"".join(self.tail)
+        if len(tail) > self.tail_cap:
+            tail = tail[-self.tail_cap :]
+        cut = self.total - len(self.head) - len(tail)
+        head_s = self.head.decode(errors="replace")
+        tail_s = tail.decode(errors="replace")
+        if cut > 0:
+            return f"{head_s}\n[... {cut} bytes cut ...]\n{tail_s}"
+        return head_s + tail_s
+
+
+def cap_text(text: str, cap: int) -> str:
+    """``text`` cut to about ``cap`` bytes: head and tail kept, the cut said."""
+    c = _Capped(cap)
+    c.feed(text.encode(errors="replace"))
+    return c.text()
+
+
+def _reader(stream: Any, sink: _Capped) -> None:
+    try:
+        while True:
+            chunk = stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536)
+            if not chunk:
+                break
+            sink.feed(chunk)
+    except (OSError, ValueError):
+        pass
+
+
+# ---------------------------------------------------------------- capabilities
+
+
+def _cgroup_pids_root() -> Path | None:
+    for root in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
+        if (root / "cgroup.procs").exists() and (
+            root.name == "pids" or "pids" in _read(root / "cgroup.subtree_control")
+        ):
+            base = root / "cuda_agent_sandbox"
+            try:
+                base.mkdir(exist_ok=True)
+                probe = base / f"probe-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+                probe.mkdir()
+                ok = (probe / "pids.max").exists()
+                probe.rmdir()
+                if ok:
+                    return base
+            except OSError:
+                continue
+    return None
+
+
+def _read(p: Path) -> str:
+    try:
+        return p.read_text()
+    except OSError:
+        return ""
+
+
+@dataclass(frozen=True)
+class Caps:
+    """What confinement this machine allows (probed once per process)."""
+
+    root: bool
+    drop_user: bool
+    drop_user_why: str
+    network_ns: bool
+    network_why: str
+    cgroup_base: str | None
+
+
+@functools.lru_cache(maxsize=1)
+def caps() -> Caps:
+    """Probe once: can we drop to another uid (and still run this Python), unshare the network,
+    use a pids cgroup. Costs one interpreter start or two."""
+    root = os.geteuid() == 0
+    cg = _cgroup_pids_root()
+    drop, drop_why = False, "not root"
+    if root:
+        probe_uid = UID_BASE + 999
+        rc, err = _probe(
+            {"uid": probe_uid, "require": ["user"]},
+            [sys.executable, "-I", "-c", "import torch, msgspec"],
+        )
+        drop = rc == 0
+        drop_why = (
+            ""
+            if drop
+            else f"uid {probe_uid} cannot run {sys.executable} with torch: {err.strip()[-300:]}"
+        )
+    rc, err = _probe(
+        {"no_network": True, "require": ["network"]}, [sys.executable, "-I", "-S", "-c", "pass"]
+    )
+    net = rc == 0
+    return Caps(
+        root=root,
+        drop_user=drop,
+        drop_user_why=drop_why,
+        network_ns=net,
+        network_why="" if net else f"no network namespace: {err.strip()[-300:]}",
+        cgroup_base=str(cg) if cg else None,
+    )
+
+
+def _probe(cfg: dict[str, Any], cmd: list[str]) -> tuple[int, str]:
+    try:
+        p = subprocess.run(
+            [sys.executable, "-I", "-S", JAIL, json.dumps(cfg), "--", *cmd],
+            capture_output=True,
+            timeout=120,
+            start_new_session=True,
+        )
+        return p.returncode, p.stderr.decode(errors="replace")
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return -1, str(e)
+
+
+def slot_uid(slot: int) -> int:
+    """The uid confined processes of worker ``slot`` run as (distinct per parent process)."""
+    return UID_BASE + (os.getpid() % 997) * 8 + (slot % 8) + 1000
+
+
+# ---------------------------------------------------------------- running
+
+
+def _tree_rss_mb(pid: int) -> float:
+    try:
+        import psutil
+
+        p = psutil.Process(pid)
+        procs = [p, *p.children(recursive=True)]
+        total = 0
+        for q in procs:
+            with contextlib.suppress(psutil.Error):
+                total += q.memory_info().rss
+        return total / 2**20
+    except Exception:  # noqa: BLE001 - process gone
+        return 0.0
+
+
+def _kill_cgroup(cg: Path) -> None:
+    for _ in range(50):
+        pids = [int(x) for x in _read(cg / "cgroup.procs").split() if x.strip()]
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+    with contextlib.suppress(OSError):
+        cg.rmdir()
+
+
+def kill_uid(uid: int) -> None:
+    """SIGKILL every process of ``uid`` (from a helper running as that uid)."""
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run(
+            [sys.executable, "-I", "-S", JAIL, "--killall", str(uid)],
+            timeout=30,
+            capture_output=True,
+        )
+
+
+def run_confined(
+    cmd: list[str],
+    *,
+    cwd: str | os.PathLike[str],
+    env: dict[str, str],
+    limits: Limits,
+    slot: int = 0,
+    stdin: bytes | None = None,
+    pass_fds: tuple[int, ...] = (),
+) -> Outcome:
+    """Run ``cmd`` confined (see the module docstring); never raises for what the command does."""
+    c = caps()
+    uid = slot_uid(slot) if (limits.drop_user and c.drop_user) else None
+    iso: dict[str, str] = {}
+    cfg: dict[str, Any] = {"cwd": str(cwd), "env": env, "require": []}
+    rl: dict[str, int] = {"core": 0}
+    if limits.fsize_mb:
+        rl["fsize"] = limits.fsize_mb << 20
+    if limits.nofile:
+        rl["nofile"] = limits.nofile
+    if limits.address_space_mb:
+        rl["as"] = limits.address_space_mb << 20
+    cg: Path | None = None
+    if limits.nproc and c.cgroup_base:
+        cg = Path(c.cgroup_base) / f"run-{os.getpid()}-{uuid.uuid4().hex[:10]}"
+        try:
+            cg.mkdir()
+            (cg / "pids.max").write_text(str(limits.nproc))
+            cfg["cgroup"] = str(cg)
+            cfg["require"].append("cgroup")
+            iso["pids"] = f"cgroup pids.max={limits.nproc}"
+        except OSError as e:
+            cg = None
+            iso["pids"] = f"no cgroup ({e})"
+    if limits.nproc and uid is not None:
+        rl["nproc"] = limits.nproc
+        iso.setdefault("pids", f"RLIMIT_NPROC={limits.nproc} (uid {uid})")
+    elif limits.nproc and "pids" not in iso:
+        iso["pids"] = "unlimited: no pids cgroup and no separate uid"
+    cfg["rlimits"] = rl
+    if uid is not None:
+        cfg["uid"] = uid
+        cfg["require"].append("user")
+        iso["user"] = f"uid {uid}"
+    else:
+        iso["user"] = "same user" + (
+            f" ({c.drop_user_why})" if limits.drop_user and c.drop_user_why else ""
+        )
+    if limits.no_network:
+        if c.network_ns:
+            cfg["no_network"] = True
+            cfg["require"].append("network")
+            iso["network"] = "namespace (no interfaces)"
+        else:
+            iso["network"] = "NOT isolated: " + c.network_why
+    with tempfile.NamedTemporaryFile(prefix="jail-", suffix=".json", delete=False) as rep:
+        report_path = rep.name
+    cfg["report"] = report_path
+    argv = [sys.executable, "-I", "-S", JAIL, json.dumps(cfg), "--", *cmd]
+    out, err = _Capped(limits.output_cap), _Capped(limits.output_cap)
+    t0 = time.monotonic()
+    killed_for = ""
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        pass_fds=pass_fds,
+        close_fds=True,
+    )
+    readers = [
+        threading.Thread(target=_reader, args=(proc.stdout, out), daemon=True),
+        threading.Thread(target=_reader, args=(proc.stderr, err), daemon=True),
+    ]
+    for r in readers:
+        r.start()
+    if stdin is not None:
+
+        def feed() -> None:
+            with contextlib.suppress(OSError):
+                proc.stdin.write(stdin)
+                proc.stdin.close()
+
+        threading.Thread(target=feed, daemon=True).start()
+    deadline = t0 + limits.timeout_s
+    next_mem = t0
+    while True:
+        try:
+            proc.wait(timeout=0.1)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        if now >= deadline:
+            killed_for = "timeout"
+            break
+        if limits.rss_mb and now >= next_mem:
+            next_mem = now + 0.25
+            if _tree_rss_mb(proc.pid) > limits.rss_mb:
+                killed_for = "memory"
+                break
+    # sweep: group, cgroup, uid, then the main process itself
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    if cg is not None:
+        _kill_cgroup(cg)
+    if uid is not None:
+        kill_uid(uid)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    rc = proc.wait()
+    for r in readers:
+        r.join(timeout=5)
+    seconds = time.monotonic() - t0
+    rep_text = _read(Path(report_path))
+    with contextlib.suppress(OSError):
+        os.unlink(report_path)
+    if rep_text:
+        with contextlib.suppress(json.JSONDecodeError):
+            rep_d = json.loads(rep_text)
+            for k, v in rep_d.items():
+                if isinstance(v, str) and v.startswith("failed"):
+                    iso[f"{k}_step"] = v
+    return Outcome(
+        returncode=None if killed_for else rc,
+        timed_out=killed_for == "timeout",
+        seconds=seconds,
+        stdout=out.text(),
+        stderr=err.text(),
+        killed_for=killed_for,
+        isolation=iso,
+    )
+
+
+def prepare_writable(
+    path: str | os.PathLike[str], slot: int = 0, limits: Limits | None = None
+) -> None:
+    """Make ``path`` (a directory) writable by the confined processes of ``slot``."""
+    p = Path(path)
+    p.mkdir(parents=True, exist_ok=True)
+    c = caps()
+    if (limits is None or limits.drop_user) and c.drop_user:
+        uid = slot_uid(slot)
+        os.chown(p, uid, uid)
+        os.chmod(p, 0o700)

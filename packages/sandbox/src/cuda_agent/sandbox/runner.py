@@ -1,0 +1,298 @@
+"""Entry point of the processes an evaluation starts: ``python -m cuda_agent.sandbox.runner SPEC``.
+
+Operations (``spec["op"]``):
+
+- ``reference`` (trusted code only): build ``Model`` under the init seed, save its state_dict,
+  and for every trial draw the inputs from the trial's seed and variant, run the model and save
+  the outputs where only the parent can read them.
+- ``compile`` (candidate code, kernelbench format): import ``model_new.py`` so its
+  ``load_inline`` builds run (cached by content); report each build.
+- ``candidate`` (candidate code): build ``ModelNew``, load the reference's state_dict, draw each
+  trial's inputs itself (same seed, same generator: same values) and save its outputs; the
+  runtime guard watches every call.
+- ``time`` (candidate code): time ``ModelNew`` with the profiler's protocol, then run one more
+  call on fresh trial inputs and save its output for the parent to re-check.
+
+Each op writes a JSON report to ``spec["report"]``. The parent never trusts a candidate's report
+for the verdict: outputs are compared in the parent, and a missing output is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+VARIANTS = ("base", "shift", "base", "scale", "base")
+
+
+def variant_schedule(n: int) -> list[str]:
+    """Input variants of ``n`` trials: base first, shifted and scaled among them."""
+    extra = ("shift", "scale", "base")
+    return [VARIANTS[i] if i < len(VARIANTS) else extra[(i - len(VARIANTS)) % 3] for i in range(n)]
+
+
+def apply_variant(inputs: list[Any], variant: str) -> list[Any]:
+    """Shift (+0.5 std, keeps signs of positive inputs) or scale (x2.5) floating tensors."""
+    import torch
+
+    if variant == "base":
+        return inputs
+    out = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 0:
+            if variant == "shift":
+                s = float(x.float().std()) if x.numel() > 1 else 1.0
+                x = x + (0.5 * (s if s == s and s > 0 else 1.0))
+            elif variant == "scale":
+                x = x * 2.5
+        out.append(x)
+    return out
+
+
+def _to_cpu(obj: Any) -> Any:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu")
+    if isinstance(obj, (list, tuple)):
+        return (
+            type(obj)(_to_cpu(x) for x in obj)
+            if isinstance(obj, list)
+            else tuple(_to_cpu(x) for x in obj)
+        )
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    return obj
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def _device_name(device: str) -> str:
+    import platform
+
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(0)
+    return f"cpu:{platform.machine()}"
+
+
+def _load_reference(spec: dict[str, Any]):
+    from cuda_agent.profiler.program import Program
+
+    return Program.from_source(Path(spec["ref_path"]).read_text(), name="sandbox_reference")
+
+
+def _trial_inputs(ref, trial: dict[str, Any], device: str) -> list[Any]:
+    inputs = ref.make_inputs(device=device, seed=int(trial["seed"]))
+    return apply_variant(inputs, trial["variant"])
+
+
+def _load_model_new(spec: dict[str, Any]):
+    """Import the solution's ``model_new.py`` and return its ``ModelNew`` class."""
+    from cuda_agent.profiler.program import load_module
+
+    workdir = spec["workdir"]
+    if spec.get("module_dir"):
+        sys.path.insert(0, spec["module_dir"])
+    sys.path.insert(0, workdir)
+    if spec["format"] == "kernelbench" and spec.get("kb_cache"):
+        from . import kbcache
+
+        kbcache.install(spec["kb_cache"])
+    path = Path(workdir) / "model_new.py"
+    mod = load_module(path.read_text(), name="model_new", filename=str(path))
+    cls = getattr(mod, "ModelNew", None)
+    if cls is None:
+        raise AttributeError("model_new.py defines no ModelNew")
+    return cls
+
+
+def _build_model_new(spec: dict[str, Any], cls, device: str):
+    import torch
+
+    init_inputs = torch.load(spec["init_path"], weights_only=False) if spec.get("init_path") else []
+    torch.manual_seed(int(spec["init_seed"]))
+    with torch.device(device):
+        model = cls(*init_inputs)
+    model = model.to(device).eval() if isinstance(model, torch.nn.Module) else model
+    sd_info: dict[str, Any] = {}
+    if spec.get("sd_path") and isinstance(model, torch.nn.Module):
+        sd = torch.load(spec["sd_path"], weights_only=True)
+        res = model.load_state_dict(sd, strict=False)
+        sd_info = {
+            "missing": list(res.missing_keys)[:50],
+            "unexpected": list(res.unexpected_keys)[:50],
+        }
+        model = model.to(device)
+    return model, sd_info
+
+
+def op_reference(spec: dict[str, Any], report: dict[str, Any]) -> None:
+    import torch
+
+    device = spec["device"]
+    ref = _load_reference(spec)
+    report["device_name"] = _device_name(device)
+    init_inputs = ref.init_inputs()
+    torch.save(init_inputs, spec["init_path"])
+    model = ref.make_model(device=device, seed=int(spec["init_seed"]), init_inputs=init_inputs)
+    torch.save({k: v.detach().to("cpu") for k, v in model.state_dict().items()}, spec["sd_path"])
+    out_dir = Path(spec["ref_out_dir"])
+    times = []
+    for i, trial in enumerate(spec["trials"]):
+        inputs = _trial_inputs(ref, trial, device)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = model(*inputs)
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+        torch.save(_to_cpu(out), out_dir / f"ref_{i}.pt")
+        del out, inputs
+    report["forward_s"] = times
+
+
+def op_compile(spec: dict[str, Any], report: dict[str, Any]) -> None:
+    from . import kbcache
+
+    kbcache.install(spec["kb_cache"])
+    try:
+        _load_model_new(spec)
+        report["import_ok"] = True
+    except BaseException as e:  # noqa: BLE001 - an import failure that is not a build failure is deferred
+        report["import_ok"] = False
+        report["import_error"] = f"{type(e).__name__}: {e}"[-4000:]
+    report["builds"] = kbcache.BUILDS
+
+
+def op_candidate(spec: dict[str, Any], report: dict[str, Any]) -> None:
+    import torch
+
+    device = spec["device"]
+    ref = _load_reference(spec)
+    guard = None
+    if spec.get("guard_policy", "strict") != "off":
+        from cuda_agent.guards.api import RuntimeGuard
+
+        # constructed before the candidate's module is imported (it snapshots the harness)
+        guard = RuntimeGuard(
+            spec.get("guard_policy", "strict"),
+            backend=spec["backend"],
+            own_kernels=spec.get("own_kernels", []),
+            own_modules=["cuda_extension"],
+            protect=[sys.modules[__name__]],
+        )
+    report["stage"] = "load"
+    cls = _load_model_new(spec)
+    report["stage"] = "init"
+    model, report["state_dict"] = _build_model_new(spec, cls, device)
+    if guard is not None:
+        guard.install()
+    out_dir = Path(spec["io_dir"])
+    last = None
+    for i, trial in enumerate(spec["trials"]):
+        report["stage"] = f"trial {i}"
+        inputs = _trial_inputs(ref, trial, device)
+        with torch.no_grad():
+            if guard is not None:
+                with guard.watch(inputs):
+                    out = model(*inputs)
+            else:
+                out = model(*inputs)
+        _sync(device)
+        if guard is not None:
+            guard.after_call(inputs, out)
+        torch.save(_to_cpu(out), out_dir / f"out_{i}.pt")
+        report["trials_done"] = i + 1
+        last = (inputs, out)
+        del out, inputs
+    if guard is not None and last is not None and spec.get("guard_probe", True):
+        report["stage"] = "guard probe"
+        with torch.no_grad():
+            guard.probe(model, last[0], last[1])
+        _sync(device)
+    report["guards"] = [_gv(g) for g in guard.finish()] if guard is not None else []
+    report["stage"] = "done"
+
+
+def _gv(g: Any) -> dict[str, Any]:
+    import msgspec
+
+    return msgspec.to_builtins(g)
+
+
+def op_time(spec: dict[str, Any], report: dict[str, Any]) -> None:
+    import msgspec
+    import torch
+
+    from cuda_agent.profiler import TimingConfig, measure
+
+    device = spec["device"]
+    ref = _load_reference(spec)
+    report["stage"] = "load"
+    cls = _load_model_new(spec)
+    model, _ = _build_model_new(spec, cls, device)
+    trials = spec["trials"]
+    pool = [_trial_inputs(ref, t, device) for t in trials[: int(spec.get("timing_sets", 2))]]
+    cfg = TimingConfig.from_dict(spec.get("timing_config") or {})
+    report["stage"] = "timing"
+
+    def call(*xs: Any) -> Any:
+        with torch.no_grad():
+            return model(*xs)
+
+    t0 = time.monotonic()
+    stats = measure(call, pool, device=device, config=cfg)
+    report["timing_s"] = time.monotonic() - t0
+    report["stats"] = msgspec.to_builtins(stats)
+    del pool
+    report["stage"] = "recheck"
+    inputs = _trial_inputs(ref, trials[0], device)
+    with torch.no_grad():
+        out = model(*inputs)
+    _sync(device)
+    torch.save(_to_cpu(out), Path(spec["io_dir"]) / "timed_out.pt")
+    report["stage"] = "done"
+
+
+OPS = {"reference": op_reference, "compile": op_compile, "candidate": op_candidate, "time": op_time}
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[0]).read_text())
+    report: dict[str, Any] = {"op": spec["op"], "ok": False}
+    code = 0
+    try:
+        OPS[spec["op"]](spec, report)
+        report["ok"] = True
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        tb = traceback.format_exc()
+        report["error"] = {
+            "type": type(e).__name__,
+            "message": str(e)[-4000:],
+            "traceback": tb[-6000:],
+        }
+        sys.stderr.write(tb[-6000:])
+        code = 1
+    try:
+        Path(spec["report"]).write_text(json.dumps(report, default=str))
+    except OSError as e:
+        sys.stderr.write(f"runner: cannot write report: {e}\n")
+        code = code or 3
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # skip interpreter teardown: CUDA and extension destructors can hang or crash
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,12 @@
+#!/usr/bin/env python3
+"""Workspace tool 'compile' -- DO NOT EDIT (read-only; part of the evaluation infrastructure).
+
+Run from the workspace root: python utils/compile.py [--help]
+"""
+
+import sys
+
+from cuda_agent.sandbox.tools import main
+
+if __name__ == "__main__":
+    sys.exit(main("compile", sys.argv[1:]))

@@ -1,0 +1,222 @@
+"""Compilers, flags and the target device: everything that goes into an object's cache key.
+
+Queried once per process and cached. Nothing here imports torch at module level.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@functools.lru_cache(maxsize=1)
+def torch_info() -> dict[str, object]:
+    """torch's version, include and library dirs and C++ ABI flag (imports torch once)."""
+    import torch
+    import torch.utils.cpp_extension as ce
+
+    return {
+        "version": torch.__version__,
+        "cuda": torch.version.cuda,
+        "include": ce.include_paths(),
+        "lib": ce.library_paths(),
+        "cxx11_abi": int(bool(torch._C._GLIBCXX_USE_CXX11_ABI)),
+    }
+
+
+def python_include() -> str:
+    return sysconfig.get_paths()["include"]
+
+
+@functools.lru_cache(maxsize=8)
+def tool_version(exe: str) -> str:
+    """First line of ``exe --version`` (part of every cache key); '' if it cannot run."""
+    try:
+        p = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+        lines = [ln for ln in (p.stdout + p.stderr).splitlines() if ln.strip()]
+        return " | ".join(lines[-2:]) if "nvcc" in exe else (lines[0] if lines else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def cxx() -> str:
+    return os.environ.get("CXX") or shutil.which("g++") or "c++"
+
+
+@functools.lru_cache(maxsize=1)
+def nvcc() -> str | None:
+    """Path of nvcc: $CUDA_HOME/bin/nvcc, PATH, /usr/local/cuda/bin/nvcc."""
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    cands = [Path(home) / "bin" / "nvcc"] if home else []
+    w = shutil.which("nvcc")
+    if w:
+        cands.append(Path(w))
+    cands.append(Path("/usr/local/cuda/bin/nvcc"))
+    for c in cands:
+        if c.exists():
+            return str(c.resolve())
+    return None
+
+
+def cuda_home() -> str | None:
+    n = nvcc()
+    return str(Path(n).parent.parent) if n else None
+
+
+def cuda_include_dirs() -> list[str]:
+    h = cuda_home()
+    if not h:
+        return []
+    dirs = [Path(h) / "include", Path(h) / "targets" / "x86_64-linux" / "include"]
+    return [str(d) for d in dirs if d.exists()]
+
+
+def cuda_lib_dirs() -> list[str]:
+    h = cuda_home()
+    if not h:
+        return []
+    dirs = [Path(h) / "lib64", Path(h) / "targets" / "x86_64-linux" / "lib", Path(h) / "lib"]
+    return [str(d) for d in dirs if d.exists()]
+
+
+@functools.lru_cache(maxsize=1)
+def device_capability() -> tuple[int, int] | None:
+    """Compute capability of the first visible GPU (nvidia-smi; torch in a subprocess as a
+    fallback), or ``None`` without a GPU."""
+    env_arch = os.environ.get("CUDA_AGENT_ARCH")  # e.g. "9.0" to cross-compile without a GPU
+    if env_arch:
+        a, b = env_arch.split(".")
+        return int(a), int(b)
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            p = subprocess.run(
+                [smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            first = p.stdout.strip().splitlines()[0].strip() if p.returncode == 0 else ""
+            if first and "." in first:
+                a, b = first.split(".")
+                return int(a), int(b)
+        except (OSError, subprocess.TimeoutExpired, IndexError, ValueError):
+            pass
+    try:
+        p = subprocess.run(
+            [sys.executable, "-c", "import torch;print(*torch.cuda.get_device_capability())"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        a, b = p.stdout.split()
+        return int(a), int(b)
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+
+
+def arch_flags(cap: tuple[int, int]) -> list[str]:
+    """nvcc -gencode for exactly this device; Hopper gets sm_90a (wgmma, TMA allowed)."""
+    a, b = cap
+    sm = f"{a}{b}"
+    suffix = "a" if (a, b) in ((9, 0), (10, 0), (10, 3)) else ""
+    return [f"-gencode=arch=compute_{sm}{suffix},code=sm_{sm}{suffix}"]
+
+
+def torch_arch_list(cap: tuple[int, int]) -> str:
+    """Value for TORCH_CUDA_ARCH_LIST naming only this device."""
+    return f"{cap[0]}.{cap[1]}"
+
+
+@dataclass(frozen=True)
+class Flags:
+    """Flags of one backend; ``key`` fingerprints them together with tool versions."""
+
+    backend: str
+    cxx: str
+    nvcc: str | None
+    binding_cflags: tuple[str, ...]
+    kernel_cflags: tuple[str, ...]
+    cuda_cflags: tuple[str, ...]
+    ldflags: tuple[str, ...]
+    include_dirs: tuple[str, ...]
+    key: str = field(default="")
+
+
+@functools.lru_cache(maxsize=4)
+def flags_for(backend: str) -> Flags:
+    """Compile and link flags for ``backend`` ('cpu' or 'cuda')."""
+    ti = torch_info()
+    inc = [*ti["include"], python_include()]  # type: ignore[misc]
+    cuda_inc = cuda_include_dirs() if backend == "cuda" else []
+    defines = [
+        "-DTORCH_EXTENSION_NAME=cuda_extension",
+        "-DTORCH_API_INCLUDE_EXTENSION_H",
+        f"-D_GLIBCXX_USE_CXX11_ABI={ti['cxx11_abi']}",
+    ]
+    if backend == "cuda":
+        defines.append("-DSANDBOX_CUDA=1")
+    common = ["-fPIC", "-std=c++20", "-fvisibility=hidden"]
+    binding = ["-O1", *common, *defines] + [f"-I{d}" for d in (*inc, *cuda_inc)]
+    kernel = ["-O3", "-fPIC", "-std=c++20", *defines] + [f"-I{d}" for d in (*inc, *cuda_inc)]
+    cuda: list[str] = []
+    nv = nvcc() if backend == "cuda" else None
+    if backend == "cuda":
+        cap = device_capability() or (9, 0)
+        cuda = [
+            "-O3",
+            "-std=c++17",
+            "-Xcompiler",
+            "-fPIC",
+            "-lineinfo",
+            "--expt-relaxed-constexpr",
+            "--expt-extended-lambda",
+            *arch_flags(cap),
+            *[f"-I{d}" for d in ti["include"]],  # type: ignore[union-attr]
+        ]
+    libdirs = list(ti["lib"])  # type: ignore[call-overload]
+    ld = ["-shared"] + [f"-L{d}" for d in libdirs] + [f"-Wl,-rpath,{d}" for d in libdirs]
+    ld += ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
+    if backend == "cuda":
+        cl = cuda_lib_dirs()
+        ld += [f"-L{d}" for d in cl] + [f"-Wl,-rpath,{d}" for d in cl]
+        ld += ["-lc10_cuda", "-ltorch_cuda", "-lcudart"]
+    h = hashlib.sha256()
+    for part in (
+        backend,
+        tool_version(cxx()),
+        tool_version(nv) if nv else "",
+        str(ti["version"]),
+        *binding,
+        *kernel,
+        *cuda,
+        *ld,
+    ):
+        h.update(part.encode() + b"\0")
+    return Flags(
+        backend=backend,
+        cxx=cxx(),
+        nvcc=nv,
+        binding_cflags=tuple(binding),
+        kernel_cflags=tuple(kernel),
+        cuda_cflags=tuple(cuda),
+        ldflags=tuple(ld),
+        include_dirs=tuple(inc + cuda_inc),
+        key=h.hexdigest()[:16],
+    )
+
+
+def default_cache_dir() -> Path:
+    """$CUDA_AGENT_SANDBOX_CACHE, else $XDG_CACHE_HOME/cuda-agent/sandbox, else ~/.cache/..."""
+    env = os.environ.get("CUDA_AGENT_SANDBOX_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "cuda-agent" / "sandbox"

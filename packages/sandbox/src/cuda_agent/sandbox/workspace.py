@@ -1,0 +1,156 @@
+"""The agent workspace (template + task) and the fresh directory an evaluation builds in.
+
+Layout (infrastructure files are read-only and always come from this package, never from a
+solution)::
+
+    SKILL.md            rules, workflow, Hopper advice, how to call the tools
+    model.py            the task's reference (read-only)
+    model_new.py        the solution's module: class ModelNew          (solution file)
+    kernels/            *.cu / *.cpp kernels and *_binding.cpp bindings   (solution files)
+    binding.cpp, binding_registry.h, sandbox_prelude.h    binding infrastructure (read-only)
+    utils/compile.py verify.py profile.py ncu.py         tools (read-only)
+    .sandbox/task.json  the task record the tools evaluate against (read-only)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+from pathlib import Path, PurePosixPath
+
+from cuda_agent.records import Solution, Task
+from cuda_agent.records.jsonl import decode, encode
+
+TEMPLATE = Path(__file__).with_name("template")
+INFRA_FILES = ("binding.cpp", "binding_registry.h", "sandbox_prelude.h")
+TOOLS = ("compile.py", "verify.py", "profile.py", "ncu.py")
+SOLUTION_EXT = (".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp", ".inl")
+MAX_SOLUTION_BYTES = 4 << 20
+
+
+class SolutionError(ValueError):
+    """A solution whose files cannot be placed (bad path, wrong kind of file, too large)."""
+
+
+def _read_only(p: Path) -> None:
+    p.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+
+
+def check_solution_files(sol: Solution) -> dict[str, str]:
+    """The files of ``sol`` that belong in a workdir, validated: relative paths inside
+    ``kernels/`` (sources and headers) plus ``model_new.py``; anything else is an error."""
+    files: dict[str, str] = {}
+    total = 0
+    for name, text in sol.files.items():
+        p = PurePosixPath(name)
+        if p.is_absolute() or ".." in p.parts or not p.parts or name != str(p):
+            raise SolutionError(f"bad file path {name!r}")
+        if sol.format == "kernelbench":
+            if name != "model_new.py":
+                raise SolutionError(f"a kernelbench solution is one model_new.py, got {name!r}")
+        elif name != "model_new.py" and not (p.parts[0] == "kernels" and p.suffix in SOLUTION_EXT):
+            raise SolutionError(
+                f"{name!r} is not a solution file (allowed: model_new.py, kernels/*{{.cu,.cpp,.h,.cuh}})"
+            )
+        total += len(text.encode())
+        files[name] = text
+    if total > MAX_SOLUTION_BYTES:
+        raise SolutionError(f"solution files are {total} bytes (limit {MAX_SOLUTION_BYTES})")
+    if "model_new.py" not in files:
+        raise SolutionError("the solution has no model_new.py")
+    return files
+
+
+def _copy_infra(dest: Path, backend: str) -> None:
+    for name in INFRA_FILES:
+        shutil.copy(TEMPLATE / name, dest / name)
+        _read_only(dest / name)
+    (dest / "utils").mkdir(exist_ok=True)
+    for name in TOOLS:
+        shutil.copy(TEMPLATE / "utils" / name, dest / "utils" / name)
+        _read_only(dest / "utils" / name)
+
+
+def materialise(task: Task, sol: Solution, dest: str | os.PathLike[str], backend: str) -> Path:
+    """A fresh directory ``dest``: infrastructure from the template, ``model.py`` from the task,
+    and only the solution's own files. Raises :class:`SolutionError` for unplaceable files."""
+    files = check_solution_files(sol)
+    d = Path(dest)
+    d.mkdir(parents=True, exist_ok=False)
+    _copy_infra(d, backend)
+    (d / "model.py").write_text(task.ref_code)
+    _read_only(d / "model.py")
+    for name, text in files.items():
+        p = d / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return d
+
+
+def starter_model_new(ref_code: str) -> str:
+    """A starting ``model_new.py``: the reference renamed to ``ModelNew`` with the steps to take."""
+    body = re.sub(r"\bclass\s+Model\s*\(", "class ModelNew(", ref_code, count=1)
+    body = re.sub(r"\bsuper\(\s*Model\s*,", "super(ModelNew,", body)
+    head = (
+        "# model_new.py -- YOUR solution. Starter: a copy of the reference, renamed ModelNew.\n"
+        "# It still computes with PyTorch operators, which the rules forbid in a submission:\n"
+        "# write kernels in kernels/, bind them (see kernels/example_axpby_*), build with\n"
+        "# `python utils/compile.py`, then call them here through `cuda_extension`.\n"
+        "# Keep the constructor's arguments and parameter names: the evaluator copies the\n"
+        "# reference model's state_dict into ModelNew.\n"
+        "import cuda_extension  # noqa: F401  (built by utils/compile.py)\n"
+    )
+    return head + body
+
+
+def create_workspace(task: Task, out_dir: str | os.PathLike[str], backend: str = "cuda") -> Path:
+    """Create an agent workspace for ``task`` in ``out_dir`` (which must not exist or be empty)."""
+    d = Path(out_dir)
+    if d.exists() and any(d.iterdir()):
+        raise FileExistsError(f"{d} exists and is not empty")
+    d.mkdir(parents=True, exist_ok=True)
+    _copy_infra(d, backend)
+    skill = (TEMPLATE / "SKILL.md").read_text().replace("{{BACKEND}}", backend)
+    (d / "SKILL.md").write_text(skill)
+    _read_only(d / "SKILL.md")
+    (d / "model.py").write_text(task.ref_code)
+    _read_only(d / "model.py")
+    (d / "model_new.py").write_text(starter_model_new(task.ref_code))
+    (d / "kernels").mkdir(exist_ok=True)
+    ex = TEMPLATE / "examples" / ("cuda" if backend == "cuda" else "cpu") / "kernels"
+    for p in sorted(ex.iterdir()):
+        shutil.copy(p, d / "kernels" / p.name)
+    meta = d / ".sandbox"
+    meta.mkdir(exist_ok=True)
+    (meta / "task.json").write_bytes(encode(task))
+    (meta / "backend").write_text(backend + "\n")
+    _read_only(meta / "task.json")
+    return d
+
+
+def load_workspace_task(ws: str | os.PathLike[str]) -> tuple[Task, str]:
+    """The task and backend a workspace was created for."""
+    d = Path(ws)
+    task = decode((d / ".sandbox" / "task.json").read_bytes(), Task)
+    backend = (
+        (d / ".sandbox" / "backend").read_text().strip()
+        if (d / ".sandbox" / "backend").exists()
+        else "cuda"
+    )
+    return task, backend
+
+
+def solution_from_workspace(ws: str | os.PathLike[str], origin: str = "workspace") -> Solution:
+    """The solution an agent left in a workspace: ``model_new.py`` and ``kernels/`` sources."""
+    d = Path(ws)
+    files: dict[str, str] = {}
+    if (d / "model_new.py").exists():
+        files["model_new.py"] = (d / "model_new.py").read_text()
+    kd = d / "kernels"
+    if kd.is_dir():
+        for p in sorted(kd.rglob("*")):
+            if p.is_file() and p.suffix in SOLUTION_EXT:
+                files[str(p.relative_to(d))] = p.read_text(errors="replace")
+    return Solution.make("workdir", files, origin=origin)
