@@ -5,7 +5,6 @@ Every command writes Task records as JSONL on stdout (or ``-o FILE``); messages 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -184,8 +183,127 @@ def compose(
     )
 
 
+@app.command("filter")
+def filter_cmd(
+    input: InputArg = None,
+    output: OutputOpt = None,
+    resume: ResumeOpt = False,
+    on_error: OnErrorOpt = OnErrorT.stop,
+    shard: ShardOpt = None,
+    backend: Annotated[str, typer.Option("--backend", help="cpu or cuda.")] = "cpu",
+    min_ms: Annotated[
+        float | None,
+        typer.Option("--min-ms", help="Lower end of the eager window (cuda 1, cpu 1)."),
+    ] = None,
+    max_ms: Annotated[
+        float | None,
+        typer.Option("--max-ms", help="Upper end of the eager window (cuda 100, cpu 1000)."),
+    ] = None,
+    compile_check: Annotated[
+        bool,
+        typer.Option("--compile/--no-compile", help="Also run under torch.compile and compare."),
+    ] = True,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds per task (SIGKILL).")
+    ] = 180.0,
+    mem_gb: Annotated[
+        float, typer.Option("--mem-gb", help="Address-space cap per task (GiB).")
+    ] = 16.0,
+    isolation: Annotated[
+        str, typer.Option("--isolation", help="fork (zygote, fast) or spawn (new interpreter).")
+    ] = "fork",
+    rescale: Annotated[
+        bool,
+        typer.Option("--rescale/--no-rescale", help="Rescale batch_size to enter the window."),
+    ] = True,
+    mode: Annotated[str, typer.Option("--mode", help="Model mode for output checks.")] = "eval",
+    threads: Annotated[int, typer.Option("--threads", help="torch CPU threads per task.")] = 1,
+    rejected: Annotated[
+        Path | None,
+        typer.Option(
+            "--rejected", "--dropped", help="Append every dropped task (with reason) here."
+        ),
+    ] = None,
+) -> None:
+    """Keep tasks that run in eager and compiled mode, are deterministic, depend on their inputs,
+    give finite non-constant outputs and whose eager time is inside the backend's window.
+
+    Every task runs in a fresh process with a timeout; each drop has a reason (counted on stderr,
+    records with meta.rejected in --rejected FILE).
+
+    Example: opsynth compose --n 50 --size cpu | opsynth filter --backend cpu --no-compile
+    --rejected dropped.jsonl > kept.jsonl
+    """
+    from cuda_agent.records.cli_helpers import parse_shard, run_stream
+    from cuda_agent.records.jsonl import RecordWriter, load_records
+    from cuda_agent.records.types import Task
+
+    from .filter import WINDOWS_MS, FilterConfig, TaskFilter
+
+    if backend not in WINDOWS_MS:
+        raise fail(f"--backend must be cpu or cuda, got {backend!r}")
+    if isolation not in ("fork", "spawn"):
+        raise fail("--isolation must be fork or spawn")
+    if mode not in ("eval", "train"):
+        raise fail("--mode must be eval or train")
+    lo, hi = WINDOWS_MS[backend]
+    window = (lo if min_ms is None else min_ms, hi if max_ms is None else max_ms)
+    if window[0] > window[1]:
+        raise fail(f"empty window {window}")
+    cfg = FilterConfig(
+        backend=backend,
+        window_ms=window,
+        compile=compile_check,
+        compile_backend=compile_backend,
+        mode=mode,
+        timeout_s=timeout,
+        mem_gb=mem_gb or None,
+        rescale=rescale,
+        isolation=isolation,
+        threads=threads,
+    )
+    already: set[str] = set()
+    if resume:
+        for path in (output, rejected):
+            if path is not None and path.exists():
+                for t in load_records(path):
+                    if isinstance(t, Task):
+                        already.add(t.meta.get("filter", {}).get("input_id", t.id))
+    tf = TaskFilter(cfg)
+    rej = RecordWriter(rejected) if rejected is not None else None
+
+    def process(task: Task):
+        if task.id in already:
+            return
+        v = tf.check(task)
+        if v.passed:
+            yield v.task
+        else:
+            log(f"drop {task.name} [{task.id}]: {v.reason}: {v.detail[:200]}")
+            if rej is not None:
+                rej.write(v.task)
+
+    try:
+        run_stream(
+            process,
+            input=input,
+            output=output,
+            resume=resume,
+            on_error=on_error,
+            expect=(Task,),
+            shard=parse_shard(shard),
+            desc="filter",
+        )
+    finally:
+        tf.close()
+        if rej is not None:
+            rej.close()
+        log(tf.summary())
+
+
 def main() -> None:  # pragma: no cover
     app()
 
 
-_ = (InputArg, OnErrorOpt, ShardOpt, OnErrorT, json, Path)
+if __name__ == "__main__":
+    app()

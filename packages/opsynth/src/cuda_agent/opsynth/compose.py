@@ -64,7 +64,10 @@ def try_add(b: Builder, s: Seed, first: bool) -> Builder:
         raise NotApplicable("seed must come first")
     try:
         if s.ranks and nb.rank not in s.ranks:
-            target = min(s.ranks, key=lambda r: (abs(r - nb.rank), r))
+            if nb.rank > max(s.ranks) and 2 in s.ranks:
+                target = 2  # flatten into features (conv -> GEMM, KernelBench style)
+            else:
+                target = min(s.ranks, key=lambda r: (abs(r - nb.rank), r))
             # only natural adapters: flatten into features (conv -> GEMM), or split features
             # into channels for a heavy op (GEMM -> conv / attention)
             if not (target == 2 or (nb.rank == 2 and s.heavy)):
@@ -154,11 +157,8 @@ def compose_one(rng: random.Random, cfg: ComposeConfig) -> tuple[Builder, list[S
             chosen.append(s)
             break
         else:
-            if pos == 0:
-                raise ComposeError("no first seed fits")
-            break  # keep the shorter chain
-    if not chosen:
-        raise ComposeError("empty chain")
+            # no seed fits here: redraw the whole chain (keeps the length distribution honest)
+            raise ComposeError(f"no seed fits position {pos} after {cfg.attempts} draws")
     return b, chosen
 
 

@@ -1,0 +1,188 @@
+"""Execution filter: keep a task only if it runs, is deterministic, depends on its inputs, gives
+sane outputs, matches under ``torch.compile`` and its eager time lies in the backend's window.
+
+Each task runs in a fresh process (:class:`~cuda_agent.opsynth.isolate.Isolator`) with a
+timeout and a memory cap. A task outside the time window is rescaled once or twice by changing
+its module-level ``batch_size`` (what changed is recorded in ``meta.filter.rescaled``).
+
+Default windows (``eager forward time``, ms):
+
+- ``cuda``: [1, 100] (the paper's window, for an H100/H200-class GPU);
+- ``cpu``: [1, 1000] (a CPU is 10-100x slower; only for running the pipeline without a GPU).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+from cuda_agent.records.types import Task
+
+from .isolate import Isolator
+from .probe import ProbeConfig
+
+WINDOWS_MS: dict[str, tuple[float, float]] = {"cuda": (1.0, 100.0), "cpu": (1.0, 1000.0)}
+_BATCH = re.compile(r"^(batch_size\s*=\s*)(\d+)\s*$", re.M)
+
+
+@dataclass
+class FilterConfig:
+    """Knobs of :class:`TaskFilter`; see the module docstring for the window defaults."""
+
+    backend: str = "cpu"
+    window_ms: tuple[float, float] | None = None
+    compile: bool = True
+    compile_backend: str = "inductor"
+    mode: str = "eval"
+    timeout_s: float = 180.0
+    mem_gb: float | None = 16.0
+    rescale: bool = True
+    max_rescales: int = 2
+    isolation: str = "fork"
+    threads: int = 1
+    time_budget_s: float = 2.0
+
+    @property
+    def window(self) -> tuple[float, float]:
+        return self.window_ms or WINDOWS_MS[self.backend]
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.backend == "cuda" else "cpu"
+
+
+@dataclass
+class Verdict:
+    """Outcome of one task: the task to emit (possibly rescaled) and, if dropped, why."""
+
+    task: Task
+    passed: bool
+    reason: str | None = None
+    detail: str = ""
+    probe: dict[str, Any] = field(default_factory=dict)
+
+
+def rescale_source(source: str, factor: float) -> tuple[str, int, int] | None:
+    """``source`` with its ``batch_size = N`` scaled by ``factor``: (new source, old, new).
+
+    None when there is no module-level ``batch_size`` or the value would not change.
+    """
+    m = _BATCH.search(source)
+    if not m:
+        return None
+    old = int(m.group(2))
+    new = max(1, int(round(old * factor)))
+    if new == old:
+        return None
+    return source[: m.start(2)] + str(new) + source[m.end(2) :], old, new
+
+
+class TaskFilter:
+    """Applies the checks to tasks one at a time; reuse one instance for a stream."""
+
+    def __init__(self, cfg: FilterConfig):
+        self.cfg = cfg
+        self.iso = Isolator(cfg.isolation, threads=cfg.threads, warm_compile=cfg.compile)
+        self.reasons: Counter[str] = Counter()
+        self.passed = 0
+        self.rescaled = 0
+        self.probe_seconds = 0.0
+
+    def _probe(self, source: str) -> dict[str, Any]:
+        pc = ProbeConfig(
+            device=self.cfg.device,
+            compile=self.cfg.compile,
+            compile_backend=self.cfg.compile_backend,
+            mode=self.cfg.mode,
+            time_budget_s=self.cfg.time_budget_s,
+        )
+        res = self.iso.run(source, pc.to_dict(), self.cfg.timeout_s, self.cfg.mem_gb)
+        self.probe_seconds += float(res.get("seconds") or 0.0)
+        return res
+
+    def check(self, task: Task) -> Verdict:
+        """Run every check on ``task`` (in a fresh process) and decide."""
+        lo, hi = self.cfg.window
+        source = task.ref_code
+        rescales: list[dict[str, Any]] = []
+        res = self._probe(source)
+        while True:
+            if not res.get("ok"):
+                return self._drop(task, res["reason"], res.get("detail", ""), res, rescales)
+            ms = float(res["eager_ms"])
+            if lo <= ms <= hi:
+                break
+            reason = "too_fast" if ms < lo else "too_slow"
+            detail = f"eager {ms:.4g} ms outside [{lo:g}, {hi:g}] ms ({self.cfg.backend})"
+            if not self.cfg.rescale or len(rescales) >= self.cfg.max_rescales:
+                return self._drop(task, reason, detail, res, rescales)
+            target = math.sqrt(lo * hi)
+            factor = min(64.0, max(1 / 64, target / max(ms, 1e-6)))
+            rs = rescale_source(source, factor)
+            if rs is None:
+                return self._drop(
+                    task, reason, detail + "; no batch_size to rescale", res, rescales
+                )
+            source, old, new = rs
+            rescales.append({"batch_size": [old, new], "eager_ms_before": round(ms, 4)})
+            res = self._probe(source)
+        info = {
+            "backend": self.cfg.backend,
+            "window_ms": [lo, hi],
+            "eager_ms": round(float(res["eager_ms"]), 4),
+            "checks": res.get("checks", []),
+            "compile_checked": self.cfg.compile_backend if self.cfg.compile else None,
+            "mode": self.cfg.mode,
+            "input_id": task.id,
+        }
+        if rescales:
+            info["rescaled"] = rescales
+            self.rescaled += 1
+        out = task
+        if source != task.ref_code:
+            out = Task.make(task.name, source, **_task_fields(task))
+        out = msgspec.structs.replace(out, meta={**out.meta, "filter": info})
+        self.passed += 1
+        return Verdict(out, True, probe=res)
+
+    def _drop(
+        self,
+        task: Task,
+        reason: str,
+        detail: str,
+        res: dict[str, Any],
+        rescales: list[dict[str, Any]],
+    ) -> Verdict:
+        self.reasons[reason] += 1
+        info: dict[str, Any] = {"reason": reason, "detail": detail, "backend": self.cfg.backend}
+        if res.get("eager_ms") is not None:
+            info["eager_ms"] = round(float(res["eager_ms"]), 4)
+        if rescales:
+            info["rescaled"] = rescales
+        out = msgspec.structs.replace(task, meta={**task.meta, "rejected": info})
+        return Verdict(out, False, reason, detail, res)
+
+    def summary(self) -> str:
+        total = self.passed + sum(self.reasons.values())
+        parts = [f"{self.passed}/{total} passed"]
+        if self.rescaled:
+            parts.append(f"{self.rescaled} after rescaling")
+        parts += [f"{r} {n}" for r, n in self.reasons.most_common()]
+        return "filter: " + ", ".join(parts)
+
+    def close(self) -> None:
+        self.iso.close()
+
+
+def _task_fields(t: Task) -> dict[str, Any]:
+    return {
+        "source": t.source,
+        "level": t.level,
+        "problem_id": t.problem_id,
+        "ops": list(t.ops),
+        "meta": dict(t.meta),
+    }

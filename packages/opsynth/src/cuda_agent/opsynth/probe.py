@@ -1,0 +1,198 @@
+"""Run every execution check on one task source, in the current process (the child's side).
+
+:func:`run_probe` is what the isolated child runs (see :mod:`cuda_agent.opsynth.isolate`); it
+never raises: the result is a dict ``{"ok", "reason", "detail", "eager_ms", "checks", ...}``
+whose ``reason`` is one of the codes in :mod:`cuda_agent.opsynth.checks`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import traceback
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from . import checks as C
+
+
+@dataclass
+class ProbeConfig:
+    """What the child checks, and how."""
+
+    device: str = "cpu"
+    compile: bool = True  # run under torch.compile and compare with eager
+    compile_backend: str = "inductor"  # "aot_eager": graph capture only (fast, for tests)
+    mode: str = "eval"  # model mode of the output checks ("eval" like Program.make_model)
+    determinism_atol: float = 1e-5  # "same output twice" tolerance (GPU atomics reorder sums)
+    time: bool = True
+    time_budget_s: float = 2.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _fail(reason: str, detail: str, **kw: Any) -> dict[str, Any]:
+    return {"ok": False, "reason": reason, "detail": detail[:2000], **kw}
+
+
+def _err(e: BaseException) -> str:
+    tb = traceback.format_exception_only(type(e), e)
+    return "".join(tb).strip()[-1500:]
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def time_eager(model: Any, inputs: list[Any], device: str, budget_s: float) -> float:
+    """Median eager time per forward in ms: the profiler's protocol when available, else a
+    plain warm-up + ``perf_counter`` loop (CUDA synchronised)."""
+    import torch
+
+    try:
+        from cuda_agent.profiler import measure
+        from cuda_agent.profiler.config import quick_config
+
+        cfg = quick_config(time_cap_s=budget_s, trace_check=False)
+
+        def fn(*xs: Any) -> Any:
+            with torch.no_grad():
+                return model(*xs)
+
+        return float(measure(fn, [inputs], device=device, config=cfg).median_ms)
+    except ImportError:
+        pass
+    with torch.no_grad():
+        for _ in range(3):
+            model(*inputs)
+        _sync(device)
+        samples: list[float] = []
+        t_end = time.perf_counter() + budget_s
+        while len(samples) < 5 or (time.perf_counter() < t_end and len(samples) < 100):
+            t0 = time.perf_counter()
+            model(*inputs)
+            _sync(device)
+            samples.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(samples)
+
+
+def run_probe(source: str, cfg: ProbeConfig) -> dict[str, Any]:
+    """All checks on ``source``; first failure wins. Never raises."""
+    try:
+        return _run(source, cfg)
+    except Exception as e:  # noqa: BLE001 - a check itself broke: report, don't crash
+        return _fail("probe_error", _err(e))
+
+
+def _model(prog: Any, cfg: ProbeConfig) -> Any:
+    import torch
+
+    torch.manual_seed(0)
+    with torch.device(cfg.device):
+        m = prog.model_cls(*prog.init_inputs())
+    m = m.to(cfg.device)
+    return m.eval() if cfg.mode == "eval" else m.train()
+
+
+def _forward(model: Any, inputs: list[Any]) -> list[Any]:
+    import torch
+
+    with torch.no_grad():
+        return C.flatten_outputs(model(*inputs))
+
+
+def _run(source: str, cfg: ProbeConfig) -> dict[str, Any]:
+    import torch
+    from cuda_agent.profiler.program import Program
+
+    passed: list[str] = []
+    t0 = time.monotonic()
+    try:
+        prog = Program.from_source(source, name="opsynth_task")
+        model = _model(prog, cfg)
+        inputs = prog.make_inputs(device=cfg.device, seed=0)
+    except Exception as e:  # noqa: BLE001
+        return _fail("load_error", _err(e))
+    passed.append("load")
+
+    # (b) no RNG consumed by forward, in train or eval mode
+    try:
+        rng = C.probe_stochastic(prog, device=cfg.device)
+    except Exception as e:  # noqa: BLE001
+        return _fail("eager_error", _err(e), checks=passed)
+    if rng["train"] or rng["eval"]:
+        modes = [m for m in ("train", "eval") if rng[m]]
+        return _fail("rng_consumed", f"forward advances the RNG in {'/'.join(modes)} mode")
+    passed.append("rng")
+
+    # (a) eager runs; outputs sane
+    try:
+        out1 = _forward(model, inputs)
+    except Exception as e:  # noqa: BLE001
+        return _fail("eager_error", _err(e), checks=passed)
+    passed.append("eager")
+    prob = C.output_problem(out1)
+    if prob:
+        return _fail(*prob, checks=passed, output_shapes=[list(o.shape) for o in out1])
+    passed.append("output")
+
+    # (b) deterministic: rebuilt model, same inputs, same output
+    model2 = _model(prog, cfg)
+    inputs2 = prog.make_inputs(device=cfg.device, seed=0)
+    out2 = _forward(model2, inputs2)
+    same, diff = C.close(out1, out2, atol=cfg.determinism_atol, rtol=cfg.determinism_atol)
+    if not same:
+        return _fail("nondeterministic", f"two runs differ by up to {diff:.3g}", checks=passed)
+    passed.append("deterministic")
+
+    # (c) depends on each input at the verifier's tolerance
+    other = prog.make_inputs(device=cfg.device, seed=1)
+    for i in range(len(inputs)):
+        if not isinstance(inputs[i], torch.Tensor):
+            continue
+        varied = list(inputs)
+        varied[i] = other[i]
+        if C.identical([inputs[i]], [other[i]]):
+            continue  # get_inputs gives this input fixed values; nothing to vary
+        out_v = _forward(model, varied)
+        same, diff = C.close(out1, out_v)
+        if same:
+            return _fail(
+                "input_independent",
+                f"output stays within atol=rtol={C.ATOL} when input {i} changes (max diff {diff:.3g})",
+                checks=passed,
+            )
+    passed.append("input_dependent")
+
+    # (a) torch.compile runs and matches eager
+    if cfg.compile:
+        try:
+            torch._dynamo.reset()
+            compiled = torch.compile(model, backend=cfg.compile_backend)
+            out_c = _forward(compiled, inputs)
+        except Exception as e:  # noqa: BLE001
+            return _fail("compile_error", _err(e), checks=passed)
+        ok, diff = C.close(out1, out_c)
+        if not ok:
+            return _fail(
+                "compile_mismatch", f"compiled output differs by up to {diff:.3g}", checks=passed
+            )
+        passed.append("compile")
+
+    eager_ms = None
+    if cfg.time:
+        eager_ms = time_eager(model, inputs, cfg.device, cfg.time_budget_s)
+        passed.append("timed")
+    return {
+        "ok": True,
+        "reason": None,
+        "detail": "",
+        "checks": passed,
+        "eager_ms": eager_ms,
+        "output_shapes": [list(o.shape) for o in out1],
+        "probe_s": round(time.monotonic() - t0, 3),
+    }
