@@ -1,5 +1,118 @@
-"""`critic` command line."""
+"""``critic``: value pretraining of the critic on sampled trajectories."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Annotated
 
 import typer
+from cuda_agent.records.cli_helpers import fail
+from cuda_agent.rft.cli import (
+    _CFG_KEYS,
+    BatchTokensOpt,
+    ClipOpt,
+    DataOpt,
+    DeepSpeedOpt,
+    DeviceOpt,
+    EpochsOpt,
+    GradAccumOpt,
+    GradCkptOpt,
+    KeepOpt,
+    LrOpt,
+    MaxLenOpt,
+    MaxStepsOpt,
+    MinLrOpt,
+    ModelOpt,
+    OutDirOpt,
+    PrecisionOpt,
+    SaveEveryOpt,
+    SeedOpt,
+    StopAfterOpt,
+    TbOpt,
+    TrainResumeOpt,
+    WarmupOpt,
+    WdOpt,
+    _train_options,
+)
 
-app = typer.Typer(no_args_is_help=True, add_completion=False)
+app = typer.Typer(
+    help="""Critic initialisation by value pretraining on GAE targets.
+
+Examples:
+
+  critic pretrain --model runs/rft/final --data trajectories.jsonl --out runs/critic
+
+  deepspeed --num_gpus 8 -m cuda_agent.critic.cli pretrain --model runs/rft/final \\
+      --data trajectories.jsonl --out runs/critic --deepspeed configs/ds_zero2.json
+""",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _main() -> None:
+    """Value model and value pretraining."""
+
+
+@app.command()
+def pretrain(
+    model: ModelOpt,
+    data: DataOpt,
+    out: OutDirOpt,
+    gamma: Annotated[float, typer.Option(help="GAE discount per policy token.")] = 1.0,
+    lam: Annotated[float, typer.Option("--lambda", help="GAE lambda.")] = 1.0,
+    lr: LrOpt = 1e-5,
+    epochs: EpochsOpt = 1.0,
+    max_steps: MaxStepsOpt = None,
+    grad_accum: GradAccumOpt = 1,
+    batch_tokens: BatchTokensOpt = 16384,
+    max_len: MaxLenOpt = 16384,
+    warmup_steps: WarmupOpt = 0,
+    weight_decay: WdOpt = 0.0,
+    max_grad_norm: ClipOpt = 1.0,
+    min_lr_ratio: MinLrOpt = 0.1,
+    precision: PrecisionOpt = "auto",
+    grad_ckpt: GradCkptOpt = False,
+    deepspeed: DeepSpeedOpt = None,
+    save_every: SaveEveryOpt = 0,
+    keep_checkpoints: KeepOpt = 2,
+    seed: SeedOpt = 0,
+    device: DeviceOpt = "auto",
+    stop_after: StopAfterOpt = None,
+    resume: TrainResumeOpt = False,
+    tensorboard: TbOpt = True,
+    local_rank: Annotated[int, typer.Option("--local_rank", hidden=True)] = -1,
+) -> None:
+    """Regress V(s_t) on GAE targets over the policy tokens of rewarded trajectories.
+
+    --model is the actor (a fresh fp32 value head is added) or a critic directory.
+    Example: critic pretrain --model runs/rft/final --data trajectories.jsonl --out runs/critic
+    """
+    from cuda_agent.rft.data import load_examples
+    from cuda_agent.rft.trainer import TrainError
+    from cuda_agent.rft.trainer import train as run_train
+
+    from .pretrain import ValueObjective
+
+    if not (0.0 <= lam <= 1.0 and 0.0 <= gamma <= 1.0):
+        raise fail("--gamma and --lambda must lie in [0, 1]")
+    cfg = _train_options(
+        **{k: v for k, v in locals().items() if k in _CFG_KEYS},
+        extra={"gamma": gamma, "lambda": lam},
+    )
+    try:
+        examples = load_examples(
+            None if str(data) == "-" else data, max_len=max_len, need_reward=True
+        )
+        result = run_train(ValueObjective(gamma, lam, seed), model, examples, cfg)
+    except (TrainError, ValueError) as e:
+        raise fail(f"critic pretrain: {e}") from None
+    if os.environ.get("RANK", "0") == "0":
+        (out / "summary.json").write_text(json.dumps(result, indent=1, default=float))
+
+
+if __name__ == "__main__":
+    app()

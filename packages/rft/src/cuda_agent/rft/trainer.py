@@ -1,0 +1,511 @@
+"""The training backends shared by ``rft``, ``critic`` and ``ppo``.
+
+One loop, two backends:
+
+- ``torch`` (default): one process; fp32 parameters (the master weights) with bf16 autocast on
+  CUDA, AdamW, gradient clipping, optional gradient checkpointing.
+- ``deepspeed`` (``--deepspeed configs/ds_zero2.json``): ZeRO-2/3 over every rank the launcher
+  started (``deepspeed --num_gpus N`` or ``torchrun``); bf16 parameters with fp32 master weights
+  held by the ZeRO optimizer. ``"auto"`` entries of the JSON are filled from the CLI options.
+
+What changes between trainers is a :class:`Objective`: how to build the model, what one unit of
+normalisation is (a policy token for SFT, a trajectory for value pretraining), and the loss of a
+micro-batch as a *sum* over units. The loop divides by the number of units in the whole
+optimizer step, over all micro-batches and ranks, so the loss is an exact mean over the global
+batch whatever the bucketing and gradient accumulation.
+
+Checkpoints (``OUT/checkpoint-<step>/``) are Hugging Face model directories plus
+``trainer_state.json`` and the optimizer state (``trainer.pt`` or ``deepspeed/``); ``OUT/latest``
+names the newest. ``--resume`` continues from it at the next step, with the same data order.
+The final model is written to ``OUT/final``. Metrics go to ``OUT/metrics.jsonl`` (and
+TensorBoard under ``OUT/tb`` when installed).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from cuda_agent.records.cli_helpers import log
+
+from .data import Example, Schedule, bucket, collate, fingerprint
+from .metrics import MetricsLogger
+
+STATE_FILE = "trainer_state.json"
+
+
+class TrainError(RuntimeError):
+    """A training job that cannot start or continue (bad options, mismatched resume, ...)."""
+
+
+@dataclass
+class TrainConfig:
+    """Options of a training run (the CLI's flags)."""
+
+    out: Path
+    lr: float = 1e-5
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    adam_betas: tuple[float, float] = (0.9, 0.95)
+    max_grad_norm: float = 1.0
+    epochs: float = 1.0
+    max_steps: int | None = None
+    grad_accum: int = 1
+    batch_tokens: int = 16384
+    precision: str = "auto"  # auto | bf16 | fp32
+    grad_ckpt: bool = False
+    deepspeed: Path | None = None
+    save_every: int = 0  # 0: only at the end (and at --stop-after)
+    keep_checkpoints: int = 2
+    log_every: int = 1
+    seed: int = 0
+    device: str = "auto"
+    stop_after: int | None = None  # optimizer steps in this invocation, then checkpoint and exit
+    resume: bool = False
+    tensorboard: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)  # objective options, stored in the state
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["out"] = str(self.out)
+        d["deepspeed"] = str(self.deepspeed) if self.deepspeed else None
+        return d
+
+
+class Objective(Protocol):
+    """What a trainer optimises. ``loss`` returns ``(sum of per-unit losses, metric sums)``."""
+
+    name: str
+
+    def build_model(self, source: str | Path, dtype: Any) -> Any: ...
+
+    def units(self, examples: list[Example]) -> float: ...
+
+    def loss(self, model: Any, batch: dict[str, Any]) -> tuple[Any, dict[str, float]]: ...
+
+    def summarize(self, sums: dict[str, float], units: float) -> dict[str, float]: ...
+
+    def save(self, model: Any, out_dir: Path, state_dict: dict | None = None) -> None: ...
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    deepspeed: bool = False
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _init_dist(cfg: TrainConfig) -> Dist:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if cfg.deepspeed is None:
+        if world > 1:
+            raise TrainError(
+                f"{world} processes were launched, but only the DeepSpeed backend runs on "
+                "several ranks: pass --deepspeed configs/ds_zero2.json"
+            )
+        return Dist()
+    try:
+        import deepspeed
+    except ImportError as e:
+        raise TrainError(
+            f"--deepspeed needs the deepspeed package ({e}); install it with "
+            "`uv sync --all-packages --extra deepspeed` (or `pip install deepspeed`), "
+            "or drop --deepspeed to use the plain PyTorch backend"
+        ) from None
+    import torch
+
+    if not torch.cuda.is_available():
+        raise TrainError("--deepspeed needs CUDA GPUs; drop --deepspeed to train on the CPU")
+    for k, v in (
+        ("RANK", "0"),
+        ("LOCAL_RANK", "0"),
+        ("WORLD_SIZE", "1"),
+        ("MASTER_ADDR", "127.0.0.1"),
+    ):
+        os.environ.setdefault(k, v)
+    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    deepspeed.init_distributed(dist_backend="nccl")
+    import torch.distributed as tdist
+
+    return Dist(tdist.get_rank(), tdist.get_world_size(), local_rank, True)
+
+
+def _resolve_device(cfg: TrainConfig, dist: Dist) -> Any:
+    import torch
+
+    if dist.deepspeed:
+        return torch.device("cuda", dist.local_rank)
+    if cfg.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(cfg.device)
+
+
+def _use_bf16(cfg: TrainConfig, device: Any) -> bool:
+    if cfg.precision == "auto":
+        return device.type == "cuda"
+    if cfg.precision not in ("bf16", "fp32"):
+        raise TrainError(f"--precision must be auto, bf16 or fp32, not {cfg.precision!r}")
+    return cfg.precision == "bf16"
+
+
+def lr_factor(step: int, total: int, warmup: int, min_ratio: float) -> float:
+    """Linear warm-up over ``warmup`` steps, then cosine decay to ``min_ratio`` at ``total``."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    span = max(1, total - warmup)
+    progress = min(1.0, (step - warmup) / span)
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class _LRLambda:
+    """Picklable schedule (a ``LambdaLR`` with a plain function cannot be checkpointed)."""
+
+    def __init__(self, total: int, warmup: int, min_ratio: float):
+        self.total, self.warmup, self.min_ratio = total, warmup, min_ratio
+
+    def __call__(self, step: int) -> float:
+        return lr_factor(step, self.total, self.warmup, self.min_ratio)
+
+
+def _param_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 or "norm" in name.lower() or name.endswith(".bias") else decay).append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def _ds_config(cfg: TrainConfig, dist: Dist, bf16: bool) -> dict[str, Any]:
+    """The DeepSpeed JSON with every ``"auto"`` filled from ``cfg``."""
+    raw = json.loads(Path(cfg.deepspeed).read_text())
+
+    def fill(d: dict[str, Any], key: str, value: Any) -> None:
+        if d.get(key, "auto") == "auto":
+            d[key] = value
+
+    fill(raw, "train_micro_batch_size_per_gpu", 1)
+    fill(raw, "gradient_accumulation_steps", cfg.grad_accum)
+    fill(raw, "train_batch_size", raw["train_micro_batch_size_per_gpu"] * raw["gradient_accumulation_steps"] * dist.world)
+    fill(raw, "gradient_clipping", cfg.max_grad_norm)
+    raw.setdefault("bf16", {})
+    fill(raw["bf16"], "enabled", bf16)
+    raw.setdefault("steps_per_print", 10**9)
+    raw.setdefault("wall_clock_breakdown", False)
+    if raw["gradient_accumulation_steps"] != cfg.grad_accum:
+        raise TrainError(
+            f"{cfg.deepspeed}: gradient_accumulation_steps {raw['gradient_accumulation_steps']} "
+            f"disagrees with --grad-accum {cfg.grad_accum}; set it to \"auto\""
+        )
+    return raw
+
+
+def latest_checkpoint(out: Path) -> Path | None:
+    """The newest whole checkpoint under ``out`` (``out/latest``, else the highest step)."""
+    marker = out / "latest"
+    if marker.is_file():
+        p = out / marker.read_text().strip()
+        if (p / STATE_FILE).is_file():
+            return p
+    found = sorted(
+        (p for p in out.glob("checkpoint-*") if (p / STATE_FILE).is_file()),
+        key=lambda p: int(p.name.split("-")[1]),
+    )
+    return found[-1] if found else None
+
+
+def _barrier(dist: Dist) -> None:
+    if dist.deepspeed:
+        import torch.distributed as tdist
+
+        tdist.barrier()
+
+
+def _all_reduce(values: list[float], dist: Dist, device: Any) -> list[float]:
+    if not dist.deepspeed or dist.world == 1:
+        return values
+    import torch
+    import torch.distributed as tdist
+
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    tdist.all_reduce(t)
+    return t.tolist()
+
+
+def train(
+    objective: Objective,
+    model_source: str | Path,
+    examples: list[Example],
+    cfg: TrainConfig,
+    save_extra: Any = None,
+) -> dict[str, Any]:
+    """Train ``objective`` on ``examples`` from ``model_source``; returns the last step's metrics.
+
+    Guarantees: the loss of a step is the mean over all units of the step's global batch; a run
+    stopped after a checkpoint and resumed reaches the same weights as an uninterrupted run
+    (same data order, optimizer and scheduler state); ``OUT/final`` is a loadable HF directory.
+    ``save_extra(dir)`` is called on rank 0 for every saved model directory (e.g. the tokenizer).
+    """
+    import torch
+
+    if not examples:
+        raise TrainError("no training examples (see the data messages above)")
+    out = Path(cfg.out)
+    dist = _init_dist(cfg)
+    device = _resolve_device(cfg, dist)
+    bf16 = _use_bf16(cfg, device)
+    if bf16 and device.type == "cpu" and dist.main:
+        log("train: bf16 autocast on the CPU is slow; --precision fp32 is the CPU default")
+    torch.manual_seed(cfg.seed)
+
+    schedule = Schedule(bucket(examples, cfg.batch_tokens), cfg.grad_accum, dist.world, cfg.seed)
+    if cfg.max_steps is not None:
+        total_steps = cfg.max_steps
+    else:
+        total_steps = max(1, math.ceil(cfg.epochs * schedule.steps_per_epoch))
+    data_fp = fingerprint(examples)
+
+    ckpt = latest_checkpoint(out) if cfg.resume else None
+    start_step = 0
+    if cfg.resume and ckpt is None and dist.main:
+        log(f"train: --resume but no checkpoint in {out}; starting from step 0")
+    if ckpt is not None:
+        state = json.loads((ckpt / STATE_FILE).read_text())
+        mismatch = [
+            f"{k}: checkpoint {state.get(k)!r}, now {v!r}"
+            for k, v in (
+                ("objective", objective.name),
+                ("data_fingerprint", data_fp),
+                ("total_steps", total_steps),
+                ("batch_tokens", cfg.batch_tokens),
+                ("grad_accum", cfg.grad_accum),
+                ("world_size", dist.world),
+                ("seed", cfg.seed),
+                ("backend", "deepspeed" if dist.deepspeed else "torch"),
+            )
+            if state.get(k) != v
+        ]
+        if mismatch:
+            raise TrainError(
+                f"cannot resume from {ckpt}: the run differs (" + "; ".join(mismatch) + "); "
+                "use another --out or the same options"
+            )
+        start_step = int(state["step"])
+        if dist.main:
+            log(f"train: resuming from {ckpt} at step {start_step + 1}/{total_steps}")
+
+    # the model: fp32 parameters (master weights); DeepSpeed casts its own copy to bf16
+    source = ckpt / "model" if (ckpt is not None and not dist.deepspeed) else model_source
+    model = objective.build_model(source, torch.float32)
+    if cfg.grad_ckpt:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.to(device)
+    model.train()
+
+    fused = device.type == "cuda"
+    optimizer = torch.optim.AdamW(
+        _param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.adam_betas, fused=fused
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, _LRLambda(total_steps, cfg.warmup_steps, cfg.min_lr_ratio)
+    )
+    engine = None
+    if dist.deepspeed:
+        import deepspeed
+
+        ds_cfg = _ds_config(cfg, dist, bf16)
+        engine, optimizer, _, scheduler = deepspeed.initialize(
+            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_cfg
+        )
+        if ckpt is not None:
+            engine.load_checkpoint(str(ckpt / "deepspeed"), tag="state")
+    elif ckpt is not None:
+        st = torch.load(ckpt / "trainer.pt", map_location=device, weights_only=False)
+        optimizer.load_state_dict(st["optimizer"])
+        scheduler.load_state_dict(st["scheduler"])
+    module = engine.module if engine is not None else model
+    autocast = bf16 and engine is None and device.type == "cuda"
+    if bf16 and engine is None and device.type == "cpu":
+        autocast = True
+
+    metrics_log = MetricsLogger(
+        out / "metrics.jsonl",
+        tb_dir=out / "tb" if cfg.tensorboard else None,
+        resume_step=start_step,
+        enabled=dist.main,
+    )
+    if dist.main:
+        n_tok = sum(len(e) for e in examples)
+        log(
+            f"train: {objective.name}, {len(examples)} examples, {n_tok} tokens, "
+            f"{len(schedule.batches)} micro-batches, {schedule.steps_per_epoch} steps/epoch, "
+            f"{total_steps} steps, device {device}, "
+            f"{'deepspeed' if engine is not None else 'torch'} backend, "
+            f"{'bf16' if bf16 else 'fp32'}, world {dist.world}"
+        )
+
+    def save(step: int) -> Path:
+        """Checkpoint after ``step`` completed steps (collective under DeepSpeed)."""
+        final_dir = out / f"checkpoint-{step}"
+        tmp = out / f".tmp-checkpoint-{step}"
+        if dist.main:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        _barrier(dist)
+        sd = None
+        if engine is not None:
+            if engine.zero_optimization_stage() == 3:
+                sd = engine._zero3_consolidated_16bit_state_dict()
+            engine.save_checkpoint(str(tmp / "deepspeed"), tag="state")
+        if dist.main:
+            objective.save(module, tmp / "model", state_dict=sd)
+            if save_extra is not None:
+                save_extra(tmp / "model")
+            if engine is None:
+                torch.save(
+                    {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+                    tmp / "trainer.pt",
+                )
+            state = {
+                "step": step,
+                "total_steps": total_steps,
+                "objective": objective.name,
+                "data_fingerprint": data_fp,
+                "batch_tokens": cfg.batch_tokens,
+                "grad_accum": cfg.grad_accum,
+                "world_size": dist.world,
+                "seed": cfg.seed,
+                "backend": "deepspeed" if engine is not None else "torch",
+                "config": cfg.to_json(),
+            }
+            (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
+            shutil.rmtree(final_dir, ignore_errors=True)
+            tmp.rename(final_dir)
+            (out / "latest.tmp").write_text(final_dir.name)
+            (out / "latest.tmp").replace(out / "latest")
+            old = sorted(
+                (p for p in out.glob("checkpoint-*") if p != final_dir),
+                key=lambda p: int(p.name.split("-")[1]),
+            )
+            for p in old[: max(0, len(old) - (cfg.keep_checkpoints - 1))]:
+                shutil.rmtree(p, ignore_errors=True)
+            log(f"train: saved {final_dir}")
+        _barrier(dist)
+        return final_dir
+
+    last: dict[str, Any] = {}
+    t_start = time.monotonic()
+    done_here = 0
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    step = start_step
+    for step in range(start_step, total_steps):
+        t0 = time.monotonic()
+        lr_now = scheduler.get_last_lr()[0] if scheduler is not None else cfg.lr
+        all_mbs = schedule.all_step_batches(step)
+        total_units = sum(objective.units([examples[i] for i in mb]) for mb in all_mbs)
+        sums: dict[str, float] = {}
+        tokens = 0
+        for mb in schedule.step_batches(step, dist.rank):
+            batch = {
+                k: v.to(device, non_blocking=True)
+                for k, v in collate([examples[i] for i in mb]).items()
+            }
+            tokens += int(batch["attention_mask"].sum())
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+                loss_sum, m = objective.loss(module, batch)
+            loss = loss_sum / max(total_units, 1e-12)
+            if engine is not None:
+                # DeepSpeed averages gradients over ranks: undo that to keep a global-batch sum
+                engine.backward(loss * dist.world, scale_wrt_gas=False)
+                engine.step()
+            else:
+                loss.backward()
+            for k, v in m.items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+        if engine is not None:
+            gn = engine.get_global_grad_norm()
+            grad_norm = float(gn) if gn is not None else float("nan")
+        else:
+            grad_norm = float(
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            )
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+        keys = sorted(sums)
+        reduced = _all_reduce([sums[k] for k in keys] + [float(tokens)], dist, device)
+        sums = dict(zip(keys, reduced[:-1], strict=True))
+        tokens = int(reduced[-1])
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        dt = time.monotonic() - t0
+        done_here += 1
+        metrics = objective.summarize(sums, total_units)
+        metrics.update(
+            lr=lr_now,
+            grad_norm=grad_norm,
+            tokens=tokens,
+            tokens_per_s=tokens / dt if dt > 0 else 0.0,
+            step_s=dt,
+            epoch=step / schedule.steps_per_epoch,
+        )
+        if device.type == "cuda":
+            metrics["peak_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+        last = metrics
+        if dist.main:
+            metrics_log.write(step + 1, metrics)
+            if (step + 1) % cfg.log_every == 0 or step + 1 == total_steps:
+                shown = ", ".join(
+                    f"{k} {v:.4g}" for k, v in metrics.items() if k not in ("tokens", "epoch")
+                )
+                log(f"step {step + 1}/{total_steps}: {shown}")
+        stopping = cfg.stop_after is not None and done_here >= cfg.stop_after
+        if step + 1 < total_steps and (
+            stopping or (cfg.save_every and (step + 1) % cfg.save_every == 0)
+        ):
+            save(step + 1)
+        if stopping and step + 1 < total_steps:
+            if dist.main:
+                log(f"train: stopped after {done_here} steps (--stop-after); continue with --resume")
+            metrics_log.close()
+            return {**last, "stopped": True, "step": step + 1}
+    if start_step < total_steps:
+        save(total_steps)
+    if dist.main:
+        final = out / "final"
+        src = out / f"checkpoint-{total_steps}" / "model"
+        tmp = out / ".tmp-final"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src, tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        wall = time.monotonic() - t_start
+        log(f"train: done, {done_here} steps in {wall:.1f}s; final model in {final}")
+    metrics_log.close()
+    _barrier(dist)
+    return {**last, "stopped": False, "step": total_steps}
