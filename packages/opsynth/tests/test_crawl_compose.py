@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+
 from cuda_agent.opsynth.catalog import CATEGORIES, SEEDS
 from cuda_agent.opsynth.compose import ComposeConfig, build_chain, compose
 from cuda_agent.opsynth.crawl import coverage, crawl, resolve

@@ -271,6 +271,7 @@ class Builder:
         Raises whatever the program raises (the caller treats it as :class:`NotApplicable`).
         """
         import torch
+
         from cuda_agent.profiler.program import Program
 
         prog = Program.from_source(self.render("probe"), name="opsynth_meta_probe")

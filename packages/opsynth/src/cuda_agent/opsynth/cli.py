@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from cuda_agent.records.cli_helpers import (
     InputArg,
     OnErrorOpt,
@@ -203,6 +204,12 @@ def filter_cmd(
         bool,
         typer.Option("--compile/--no-compile", help="Also run under torch.compile and compare."),
     ] = True,
+    compile_backend: Annotated[
+        str,
+        typer.Option(
+            "--compile-backend", help="inductor (real codegen) or aot_eager (graph capture only)."
+        ),
+    ] = "inductor",
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds per task (SIGKILL).")
     ] = 180.0,

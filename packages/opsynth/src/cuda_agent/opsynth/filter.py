@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+
 from cuda_agent.records.types import Task
 
 from .isolate import Isolator

@@ -154,6 +154,7 @@ def _fork_one(req: dict[str, Any]) -> dict[str, Any]:
 def _serve() -> int:
     """Zygote main loop: import torch and the probe once, then fork per request."""
     import torch  # noqa: F401 - imported once, shared copy-on-write by every child
+
     from cuda_agent.profiler import program  # noqa: F401
 
     from . import probe  # noqa: F401

@@ -107,6 +107,7 @@ def _forward(model: Any, inputs: list[Any]) -> list[Any]:
 
 def _run(source: str, cfg: ProbeConfig) -> dict[str, Any]:
     import torch
+
     from cuda_agent.profiler.program import Program
 
     passed: list[str] = []
