@@ -12,6 +12,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -27,10 +28,11 @@ from cuda_agent.records import (
     content_id,
 )
 
+from .openai_policy import ChatReply
 from .policy import Generation, TokenPolicy
 from .prompts import single_turn_prompt, system_prompt, task_prompt, tool_response
 from .solution_parse import ALLOWED, parse_files
-from .toolcalls import ParsedCall, parse_tool_calls
+from .toolcalls import ParsedCall, ToolCallError, parse_tool_calls
 from .tools import BashOutput, Toolbox
 
 
@@ -76,6 +78,7 @@ class _Ep:
     last_action: str | None = None
     idle: int = 0
     turn: int = 0
+    api_messages: list[dict[str, Any]] = field(default_factory=list)
 
     def add(
         self, ids: Sequence[int], policy: bool, logprobs: Sequence[float] | None = None
@@ -131,6 +134,7 @@ class EpisodeRunner:
         self.cfg = cfg
         self.workdir = Path(workdir)
         self.tok = policy.tokenizer
+        self.token_level = getattr(policy, "token_level", True)
 
     # ------------------------------------------------------------------ setup
     def _start(self, task: Task, sample: int) -> _Ep:
@@ -144,39 +148,33 @@ class EpisodeRunner:
                 {"role": "system", "content": system_prompt(skill)},
                 {"role": "user", "content": task_prompt(task.name, task.ref_code)},
             ]
-        text = self.tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
-        ids = _encode(self.tok, text)
         tb = Toolbox(
             root,
             bash=self.env.bash,
             protected=self.env.protected,
             bash_timeout=self.cfg.bash_timeout,
         )
-        ep = _Ep(
-            task,
-            sample,
-            root,
-            tb,
-            [Message(role=m["role"], content=m["content"]) for m in chat],
-            [],
-            [],
-            [],
-        )
-        ep.add(ids, policy=False)
-        ep.counters["prompt_tokens"] = len(ids)
+        msgs = [Message(role=m["role"], content=m["content"]) for m in chat]
+        ep = _Ep(task, sample, root, tb, msgs, [], [], [], api_messages=[dict(m) for m in chat])
+        if self.token_level:
+            text = self.tok.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+            ids = _encode(self.tok, text)
+            ep.add(ids, policy=False)
+            ep.counters["prompt_tokens"] = len(ids)
         return ep
 
     # ------------------------------------------------------------------ turns
     def _budget_stop(self, ep: _Ep) -> str | None:
         if ep.turn >= (1 if self.cfg.mode == "single-turn" else self.cfg.max_turns):
             return "max_turns"
-        if len(ep.ids) + self.cfg.max_new_tokens > self.cfg.max_context_tokens:
+        if self.token_level and len(ep.ids) + self.cfg.max_new_tokens > self.cfg.max_context_tokens:
             return "context_overflow"
         if self.cfg.max_policy_tokens is not None and sum(ep.mask) >= self.cfg.max_policy_tokens:
             return "policy_token_limit"
         return None
 
     def _act(self, ep: _Ep, gen: Generation) -> None:
+        """A token-level turn: record the policy's tokens, run its calls, append the observation."""
         ep.turn += 1
         ep.counters["turns"] += 1
         ep.add(gen.token_ids, policy=True, logprobs=gen.logprobs)
@@ -188,34 +186,97 @@ class EpisodeRunner:
             ep.add([_eot_id(self.tok)], policy=False)
             ep.counters["truncated_turns"] += 1
         if self.cfg.mode == "single-turn":
-            files, problems = parse_files(text)
-            for f, body in files.items():
-                p = ep.root / f
-                p.parent.mkdir(parents=True, exist_ok=True)
-                p.write_text(body)
-            ep.counters["files_written"] += len(files)
-            ep.counters["format_problems"] += len(problems)
-            ep.stop = "single_turn"
+            self._write_single_turn(ep, text)
             return
-        parsed = parse_tool_calls(text)
-        results: list[str] = []
-        if not parsed.calls:
+        results = self._run_calls(ep, parse_tool_calls(text).calls)
+        if ep.stop:
+            return
+        obs = tool_response([r for _, r in results])
+        ep.messages.append(Message(role="user", content=obs))
+        obs_ids = _encode(self.tok, turn_boundary(self.tok, obs))
+        ep.add(obs_ids, policy=False)
+        ep.counters["observation_tokens"] += len(obs_ids)
+
+    def _act_text(self, ep: _Ep, reply: ChatReply) -> None:
+        """A turn of a text-level policy (native tool calls, no token ids)."""
+        ep.turn += 1
+        ep.counters["turns"] += 1
+        for k in ("prompt_tokens", "completion_tokens"):
+            ep.counters[f"api_{k}"] += int(reply.usage.get(k, 0))
+        ep.messages.append(Message(role="assistant", content=reply.content))
+        if self.cfg.mode == "single-turn":
+            ep.api_messages.append({"role": "assistant", "content": reply.content})
+            self._write_single_turn(ep, reply.content)
+            return
+        calls: list[ParsedCall | ToolCallError] = []
+        for c in reply.tool_calls:
+            if "error" in c:
+                calls.append(ToolCallError(c["error"], json.dumps(c), id=c["id"]))
+            else:
+                calls.append(ParsedCall(c["name"], c["arguments"], json.dumps(c), id=c["id"]))
+        if not calls:  # models without native tool calling may still write them as text
+            calls = parse_tool_calls(reply.content).calls
+        api_calls = [
+            {
+                "id": c["id"],
+                "type": "function",
+                "function": {"name": c["name"], "arguments": json.dumps(c.get("arguments", {}))},
+            }
+            for c in reply.tool_calls
+        ]
+        amsg: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if api_calls:
+            amsg["tool_calls"] = api_calls
+        ep.api_messages.append(amsg)
+        results = self._run_calls(ep, calls)
+        if ep.stop:
+            return
+        native = {c["id"] for c in reply.tool_calls}
+        loose = []
+        for cid, text in results:
+            if cid in native:
+                ep.api_messages.append({"role": "tool", "tool_call_id": cid, "content": text})
+                ep.messages.append(Message(role="tool", content=text, tool_call_id=cid))
+            else:
+                loose.append(text)
+        if loose:
+            obs = tool_response(loose)
+            ep.api_messages.append({"role": "user", "content": obs})
+            ep.messages.append(Message(role="user", content=obs))
+
+    def _write_single_turn(self, ep: _Ep, text: str) -> None:
+        files, problems = parse_files(text)
+        for f, body in files.items():
+            p = ep.root / f
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(body)
+        ep.counters["files_written"] += len(files)
+        ep.counters["format_problems"] += len(problems)
+        ep.stop = "single_turn"
+
+    def _run_calls(self, ep: _Ep, calls: list[ParsedCall | ToolCallError]) -> list[tuple[str, str]]:
+        """Execute one turn's calls in order; ``[(call id, result text)]``. Sets ``ep.stop`` on
+        Submit or after too many turns without a call."""
+        results: list[tuple[str, str]] = []
+        if not calls:
             ep.idle += 1
             ep.counters["turns_without_tool_call"] += 1
             if ep.idle >= self.cfg.max_idle_turns:
                 ep.stop = "no_tool_call"
-                return
-            results.append("No tool call found. Call a tool (see the format above), or Submit.")
+                return results
+            results.append(
+                ("", "No tool call found. Call a tool (see the format above), or Submit.")
+            )
         else:
             ep.idle = 0
-        for call in parsed.calls:
+        for k, call in enumerate(calls):
             t0 = time.monotonic()
             if not isinstance(call, ParsedCall):
                 ep.counters["schema_violations"] += 1
                 ep.calls.append(
                     ToolCall(turn=ep.turn, name="?", result=call.message, ok=False, error="parse")
                 )
-                results.append(f"Error: {call.message}")
+                results.append((call.id or f"bad_{k}", f"Error: {call.message}"))
                 continue
             action = json.dumps([call.name, call.arguments], sort_keys=True)
             if action == ep.last_action:
@@ -241,17 +302,11 @@ class EpisodeRunner:
                     seconds=round(dt, 3),
                 )
             )
-            results.append(res.text if res.ok else f"Error: {res.text}")
+            results.append((call.id, res.text if res.ok else f"Error: {res.text}"))
             if res.submit:
                 ep.stop = "submit"
                 break
-        if ep.stop:
-            return
-        obs = tool_response(results)
-        ep.messages.append(Message(role="user", content=obs))
-        obs_ids = _encode(self.tok, turn_boundary(self.tok, obs))
-        ep.add(obs_ids, policy=False)
-        ep.counters["observation_tokens"] += len(obs_ids)
+        return results
 
     # ------------------------------------------------------------------ end
     def _finish(self, ep: _Ep) -> Trajectory:
@@ -277,6 +332,7 @@ class EpisodeRunner:
             stop_reason=ep.stop,
             counters=dict(ep.counters),
             meta={
+                "token_exact": self.token_level,
                 "mode": self.cfg.mode,
                 "policy": self.policy.name,
                 "sample": ep.sample,
@@ -300,13 +356,24 @@ class EpisodeRunner:
             if not live:
                 break
             t0 = time.monotonic()
-            gens = self.policy.generate(
-                [eps[i].ids for i in live], self.cfg.max_new_tokens, keys=list(live)
-            )
+            if self.token_level:
+                gens = self.policy.generate(
+                    [eps[i].ids for i in live], self.cfg.max_new_tokens, keys=list(live)
+                )
+            else:
+                with ThreadPoolExecutor(max_workers=min(len(live), 16)) as pool:
+                    gens = list(pool.map(lambda i: self.policy.chat(eps[i].api_messages), live))
             dt = time.monotonic() - t0
             for i, g in zip(list(live), gens, strict=True):
                 eps[i].timings["generate_s"] += dt / len(gens)
-                self._act(eps[i], g)
+                try:
+                    (self._act if self.token_level else self._act_text)(eps[i], g)
+                except Exception as e:  # noqa: BLE001 - an episode error ends that episode only
+                    eps[i].stop = "error"
+                    eps[i].counters["errors"] += 1
+                    eps[i].messages.append(
+                        Message(role="user", content=f"[episode error] {type(e).__name__}: {e}")
+                    )
                 if eps[i].stop:
                     live.remove(i)
         return [self._finish(ep) for ep in eps]

@@ -36,6 +36,7 @@ class ParsedCall:
 class ToolCallError:
     message: str
     raw: str
+    id: str = ""
 
 
 @dataclass
