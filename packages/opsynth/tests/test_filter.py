@@ -1,0 +1,174 @@
+"""The execution filter on hand-written tasks: each bad kind is caught with its reason."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cuda_agent.opsynth.filter import FilterConfig, TaskFilter, rescale_source
+from cuda_agent.records.types import Task
+
+HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n"
+TAIL = """
+batch_size = 4
+features = 64
+
+
+def get_inputs():
+    return [torch.randn(batch_size, features)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def task(forward: str, name: str, init: str = "pass", tail: str = TAIL) -> Task:
+    src = (
+        HEAD
+        + "class Model(nn.Module):\n"
+        + "    def __init__(self):\n        super().__init__()\n"
+        + f"        {init}\n\n"
+        + "    def forward(self, x):\n"
+        + "".join(f"        {ln}\n" for ln in forward.strip().splitlines())
+        + "\n"
+        + tail
+    )
+    return Task.make(name, src, source="opsynth")
+
+
+GOOD = task("x = torch.relu(x) * 2.0\nreturn torch.cumsum(x, dim=1)", "good")
+BAD = {
+    "rng_consumed": task("return F.dropout(x, p=0.5, training=True)", "dropout_train"),
+    "rng_consumed ": task("return x + torch.randn_like(x)", "randn_like"),
+    "constant_output": task("return torch.zeros_like(x) + 1.0", "constant"),
+    "nonfinite": task("return torch.log(x)", "log_negative"),
+    "saturated_output": task("return torch.sigmoid(x * 1e4)", "saturated"),
+    "input_independent": task(
+        "return self.w * 1.0", "ignores_input", "self.w = nn.Parameter(torch.randn(4, 64))"
+    ),
+    "input_independent ": task("return x.mean() * 1e-4 + 1.0", "nearly_constant"),
+    "eager_error": task("return x @ torch.randn(3, 3)", "shape_error"),
+    "nondeterministic": task(
+        "return x + torch.tensor(float(__import__('time').perf_counter_ns() % 100003))",
+        "clock_dependent",
+    ),
+    "empty_output": task("return x[:, :0]", "empty"),
+    "timeout": task("while True:\n    pass", "hangs"),
+    "crash": task("import os\nos.abort()", "aborts"),
+    "load_error": Task.make("no_get_inputs", HEAD + "class Model(nn.Module):\n    pass\n"),
+}
+
+
+@pytest.fixture(scope="module")
+def tf():
+    f = TaskFilter(FilterConfig(backend="cpu", window_ms=(0.0, 1e9), compile=False, timeout_s=6))
+    yield f
+    f.close()
+
+
+def test_good_task_passes_with_meta(tf):
+    v = tf.check(GOOD)
+    assert v.passed, v.detail
+    info = v.task.meta["filter"]
+    assert info["eager_ms"] > 0 and info["input_id"] == GOOD.id
+    assert info["checks"][:6] == [
+        "load",
+        "rng",
+        "eager",
+        "output",
+        "deterministic",
+        "input_dependent",
+    ]
+
+
+@pytest.mark.parametrize("reason", sorted(BAD))
+def test_bad_task_dropped_with_reason(tf, reason):
+    v = tf.check(BAD[reason])
+    assert not v.passed
+    assert v.reason == reason.strip(), (v.reason, v.detail)
+    assert v.task.meta["rejected"]["reason"] == reason.strip()
+    assert v.task.id == BAD[reason].id
+
+
+def test_window_and_rescale():
+    src = GOOD.ref_code
+    new, old, n = rescale_source(src, 8.0)
+    assert (old, n) == (4, 32) and "batch_size = 32" in new
+    assert rescale_source(src.replace("batch_size = 4", "bs = 4"), 8.0) is None
+    f = TaskFilter(FilterConfig(window_ms=(1e5, 1e6), compile=False, rescale=False, timeout_s=30))
+    try:
+        v = f.check(GOOD)
+    finally:
+        f.close()
+    assert v.reason == "too_fast" and "outside" in v.detail
+
+
+def test_rescale_moves_batch_size_into_window():
+    # a ~0.05 ms task; a window starting far above it forces rescaling (recorded in meta)
+    f = TaskFilter(FilterConfig(window_ms=(0.5, 1e9), compile=False, rescale=True, timeout_s=60))
+    try:
+        v = f.check(GOOD)
+    finally:
+        f.close()
+    resc = (v.task.meta.get("filter") or v.task.meta.get("rejected"))["rescaled"]
+    assert resc[0]["batch_size"][0] == 4 and resc[0]["batch_size"][1] > 4
+    if v.passed:
+        assert v.task.id != GOOD.id and "batch_size = 4\n" not in v.task.ref_code
+
+
+@pytest.mark.slow
+def test_compile_check_runs_inductor():
+    f = TaskFilter(FilterConfig(window_ms=(0.0, 1e9), compile=True, timeout_s=300))
+    try:
+        v = f.check(GOOD)
+    finally:
+        f.close()
+    assert v.passed, v.detail
+    assert "compile" in v.task.meta["filter"]["checks"]
+
+
+def test_filter_cli_counts_reasons_and_writes_rejected(tmp_path):
+    inp = tmp_path / "in.jsonl"
+    rej = tmp_path / "rej.jsonl"
+    out = tmp_path / "out.jsonl"
+    tasks = [GOOD, BAD["constant_output"], BAD["rng_consumed"]]
+    inp.write_text("".join(json.dumps(__import__("msgspec").to_builtins(t)) + "\n" for t in tasks))
+    cmd = [
+        sys.executable,
+        "-m",
+        "cuda_agent.opsynth.cli",
+        "filter",
+        str(inp),
+        "--no-compile",
+        "--min-ms",
+        "0",
+        "-o",
+        str(out),
+        "--rejected",
+        str(rej),
+        "--timeout",
+        "30",
+    ]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert (
+        "1/3 passed" in p.stderr
+        and "constant_output 1" in p.stderr
+        and "rng_consumed 1" in p.stderr
+    )
+    kept = [json.loads(x) for x in out.read_text().splitlines()]
+    dropped = [json.loads(x) for x in rej.read_text().splitlines()]
+    assert [t["name"] for t in kept] == ["good"]
+    assert sorted(t["meta"]["rejected"]["reason"] for t in dropped) == [
+        "constant_output",
+        "rng_consumed",
+    ]
+    # resume: nothing is re-run, nothing duplicated
+    p = subprocess.run(cmd + ["--resume"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "0/0 passed" in p.stderr
+    assert len(out.read_text().splitlines()) == 1 and len(rej.read_text().splitlines()) == 2
