@@ -21,7 +21,6 @@ from cuda_agent.records import (
     Candidate,
     EvalResult,
     Message,
-    Solution,
     Task,
     ToolCall,
     Trajectory,
@@ -31,7 +30,7 @@ from cuda_agent.records import (
 from .openai_policy import ChatReply
 from .policy import Generation, TokenPolicy
 from .prompts import single_turn_prompt, system_prompt, task_prompt, tool_response
-from .solution_parse import ALLOWED, parse_files
+from .solution_parse import parse_files
 from .toolcalls import ParsedCall, ToolCallError, parse_tool_calls
 from .tools import BashOutput, Toolbox
 
@@ -115,14 +114,9 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
-def workspace_solution(root: Path, origin: str) -> Solution:
-    """The solution files (model_new.py, kernels/*) of a workspace."""
-    files = {}
-    for p in sorted(root.rglob("*")):
-        rel = p.relative_to(root).as_posix()
-        if p.is_file() and ALLOWED.match(rel):
-            files[rel] = p.read_text(errors="replace")
-    return Solution.make("workdir", files, origin)
+def trajectory_id(task: Task, policy_name: str, sample: int, mode: str) -> str:
+    """The id (and ``--resume`` key) of one episode."""
+    return content_id(task.id, policy_name, str(sample), mode)
 
 
 class EpisodeRunner:
@@ -311,14 +305,15 @@ class EpisodeRunner:
     # ------------------------------------------------------------------ end
     def _finish(self, ep: _Ep) -> Trajectory:
         from cuda_agent.reward import apply
+        from cuda_agent.sandbox.workspace import solution_from_workspace
 
-        sol = workspace_solution(ep.root, origin=f"agent:{self.policy.name}")
+        sol = solution_from_workspace(ep.root, origin=f"agent:{self.policy.name}")
         result = None
         t0 = time.monotonic()
         if self.cfg.evaluate and "model_new.py" in sol.files:
             result = self.env.evaluate(Candidate(task=ep.task, solution=sol))
         ep.timings["eval_s"] += time.monotonic() - t0
-        tid = content_id(ep.task.id, self.policy.name, str(ep.sample), self.cfg.mode)
+        tid = trajectory_id(ep.task, self.policy.name, ep.sample, self.cfg.mode)
         traj = Trajectory(
             id=tid,
             task=ep.task,
