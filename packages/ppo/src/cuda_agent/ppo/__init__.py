@@ -1,0 +1,1 @@
+"""Single-turn warm-up and multi-turn agentic PPO."""
