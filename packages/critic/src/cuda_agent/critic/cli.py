@@ -92,6 +92,7 @@ def pretrain(
     Example: critic pretrain --model runs/rft/final --data trajectories.jsonl --out runs/critic
     """
     from cuda_agent.rft.data import load_examples
+    from cuda_agent.rft.modeling import resolve_model_dir
     from cuda_agent.rft.trainer import TrainError
     from cuda_agent.rft.trainer import train as run_train
 
@@ -104,6 +105,7 @@ def pretrain(
         extra={"gamma": gamma, "lambda": lam},
     )
     try:
+        resolve_model_dir(model)  # fail fast, before any heavy import
         examples = load_examples(
             None if str(data) == "-" else data, max_len=max_len, need_reward=True
         )

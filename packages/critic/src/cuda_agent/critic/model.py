@@ -63,8 +63,10 @@ class ValueModel(nn.Module):
             )
         return model
 
-    def gradient_checkpointing_enable(self, **kw: Any) -> None:
-        self.backbone.gradient_checkpointing_enable(**kw)
+    def activation_checkpointing_enable(self, **kw: Any) -> None:
+        from cuda_agent.rft.trainer import enable_checkpointing
+
+        enable_checkpointing(self.backbone)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> Any:
         """``[B, T]`` fp32 values aligned to tokens (see the module doc).

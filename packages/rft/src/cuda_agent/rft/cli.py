@@ -70,6 +70,9 @@ def select(
     max_schema_violations: Annotated[
         int, typer.Option(help=f"Drop above this many of: {', '.join(SCHEMA_COUNTERS)}.")
     ] = 0,
+    max_truncated_turns: Annotated[
+        int, typer.Option(help="Drop above this many turns cut by the per-turn token limit.")
+    ] = 0,
     truncation: Annotated[
         list[str] | None,
         typer.Option(
@@ -87,6 +90,7 @@ def select(
         max_same_call=max_same_call,
         max_same_write=max_same_write,
         max_schema_violations=max_schema_violations,
+        max_truncated_turns=max_truncated_turns,
         truncation_stop_reasons=tuple(truncation) if truncation else TRUNCATION_STOP_REASONS,
     )
     from .select import Drop, drop_reason
@@ -254,13 +258,14 @@ def train(
     Example: rft select < trajectories.jsonl | rft train --model smollm2 --data - --out runs/rft
     """
     from .data import load_examples
-    from .modeling import load_tokenizer
+    from .modeling import load_tokenizer, resolve_model_dir
     from .sft import SFTObjective
     from .trainer import TrainError
     from .trainer import train as run_train
 
     cfg = _train_options(**{k: v for k, v in locals().items() if k in _CFG_KEYS})
     try:
+        resolve_model_dir(model)  # fail fast, before any heavy import
         examples = load_examples(None if str(data) == "-" else data, max_len=max_len)
         tok = load_tokenizer(model)
         result = run_train(

@@ -4,8 +4,9 @@ The paper keeps trajectories with reward > 0 and drops those with inefficient or
 behaviour. Each rule returns a stable reason code; :func:`drop_reason` applies them in order and
 returns the first that fires (``None`` = keep).
 
-Reason codes: ``no_tokens``, ``malformed``, ``no_reward``, ``low_reward``, ``truncated``,
-``schema_violation``, ``repeated_tool_call``, ``repeated_write``.
+Reason codes, in the order they are checked: ``no_tokens``, ``malformed``, ``no_reward``,
+``low_reward``, ``episode_error``, ``truncated``, ``schema_violation``, ``repeated_write``,
+``repeated_tool_call``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ import msgspec
 from cuda_agent.records import Trajectory
 
 # stop reasons that mean the episode was cut short by the context or token budget
-TRUNCATION_STOP_REASONS = ("context_overflow", "truncated", "length", "max_tokens", "max_length")
+TRUNCATION_STOP_REASONS = (
+    "context_overflow",
+    "policy_token_limit",
+    "truncated",
+    "length",
+    "max_tokens",
+)
+# stop reasons of an episode that broke down
+ERROR_STOP_REASONS = ("error",)
 # counters the agent keeps for tool calls that broke the tool schema
 SCHEMA_COUNTERS = (
     "schema_violations",
@@ -40,6 +49,8 @@ class SelectConfig:
     max_same_call: int = 3  # an identical tool call (name + arguments) at most this many times
     max_same_write: int = 2  # identical content written to one path at most this many times
     max_schema_violations: int = 0  # summed over ``schema_counters``
+    max_truncated_turns: int = 0  # turns cut by the per-turn token limit (counter)
+    error_stop_reasons: tuple[str, ...] = ERROR_STOP_REASONS
     truncation_stop_reasons: tuple[str, ...] = TRUNCATION_STOP_REASONS
     schema_counters: tuple[str, ...] = SCHEMA_COUNTERS
     write_tools: tuple[str, ...] = WRITE_TOOLS
@@ -89,8 +100,13 @@ def drop_reason(t: Trajectory, cfg: SelectConfig = SelectConfig()) -> tuple[str,
         return "no_reward", "reward is missing (run `reward score` first)"
     if not t.reward > cfg.min_reward:
         return "low_reward", f"reward {t.reward} <= {cfg.min_reward}"
+    if t.stop_reason in cfg.error_stop_reasons:
+        return "episode_error", f"stop_reason {t.stop_reason}"
     if t.stop_reason in cfg.truncation_stop_reasons:
         return "truncated", f"stop_reason {t.stop_reason}"
+    cut = int(t.counters.get("truncated_turns", 0))
+    if cut > cfg.max_truncated_turns:
+        return "truncated", f"{cut} turns cut by the token limit > {cfg.max_truncated_turns}"
     violations = sum(int(t.counters.get(k, 0)) for k in cfg.schema_counters)
     if violations > cfg.max_schema_violations:
         found = {k: t.counters[k] for k in cfg.schema_counters if t.counters.get(k)}

@@ -200,6 +200,15 @@ def _param_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
     ]
 
 
+def enable_checkpointing(model: Any) -> None:
+    """Activation (gradient) checkpointing of every decoder layer, non-reentrant."""
+    fn = getattr(model, "activation_checkpointing_enable", None)
+    if fn is not None:  # transformers >= 5.x
+        fn(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def _ds_config(cfg: TrainConfig, dist: Dist, bf16: bool) -> dict[str, Any]:
     """The DeepSpeed JSON with every ``"auto"`` filled from ``cfg``."""
     raw = json.loads(Path(cfg.deepspeed).read_text())
@@ -322,7 +331,7 @@ def train(
     source = ckpt / "model" if (ckpt is not None and not dist.deepspeed) else model_source
     model = objective.build_model(source, torch.float32)
     if cfg.grad_ckpt:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_checkpointing(model)
     model.to(device)
     model.train()
 
