@@ -308,6 +308,118 @@ def filter_cmd(
         log(tf.summary())
 
 
+SigMode = Annotated[str, typer.Option(help="full (ops + hyper-parameters), ops, or off.")]
+
+
+@app.command()
+def dedup(
+    input: InputArg = None,
+    output: OutputOpt = None,
+    resume: ResumeOpt = False,
+    on_error: OnErrorOpt = OnErrorT.stop,
+    kernelbench: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--kernelbench",
+            "--against",
+            help="Reference set: a KernelBench checkout (level*/*.py) or a JSONL task file "
+            "(repeatable).",
+        ),
+    ] = None,
+    ref_threshold: Annotated[
+        float, typer.Option("--ref-threshold", help="Drop if Jaccard to a reference >= this.")
+    ] = 0.8,
+    self_threshold: Annotated[
+        float, typer.Option("--self-threshold", help="Drop if Jaccard to a kept task >= this.")
+    ] = 0.9,
+    ref_signature: SigMode = "full",
+    self_signature: SigMode = "full",
+    ngram: Annotated[int, typer.Option("--ngram", help="Token n-gram length.")] = 5,
+    rejected: Annotated[
+        Path | None,
+        typer.Option(
+            "--rejected", "--dropped", help="Append every dropped task (with reason) here."
+        ),
+    ] = None,
+) -> None:
+    """Drop tasks too similar to a reference set (decontamination) or to each other.
+
+    Similarity: operator signature (ordered ops + non-shape hyper-parameters) and MinHash/LSH over
+    normalised __init__/forward token n-grams, confirmed by exact Jaccard. The nearest match is
+    recorded in meta.dedup (kept) or meta.rejected (dropped).
+
+    Example: opsynth dedup filtered.jsonl --kernelbench ~/KernelBench --rejected dup.jsonl > tasks.jsonl
+    """
+    from cuda_agent.records.cli_helpers import run_stream
+    from cuda_agent.records.jsonl import RecordWriter, load_records
+    from cuda_agent.records.types import Task
+
+    from .dedup import DedupConfig, Deduplicator, reference_sources
+
+    for mode in (ref_signature, self_signature):
+        if mode not in ("full", "ops", "off"):
+            raise fail(f"signature mode must be full, ops or off, got {mode!r}")
+    dd = Deduplicator(
+        DedupConfig(
+            ref_threshold=ref_threshold,
+            self_threshold=self_threshold,
+            ref_signature=ref_signature,
+            self_signature=self_signature,
+            ngram=ngram,
+        )
+    )
+    for ref in kernelbench or []:
+        try:
+            n0 = len(dd.ref.docs)
+            for key, name, src in reference_sources(ref):
+                try:
+                    dd.add_reference(key, name, src)
+                except SyntaxError as e:
+                    log(f"dedup: reference {name} does not parse ({e}); ignored")
+            log(f"dedup: {len(dd.ref.docs) - n0} references from {ref}")
+        except FileNotFoundError as e:
+            raise fail(f"dedup: {e}") from None
+    if not kernelbench:
+        log("dedup: no --kernelbench reference given; only within-set duplicates are removed")
+    if resume and output is not None and output.exists():
+        for t in load_records(output):
+            if isinstance(t, Task):
+                dd.add_kept(t.id, t.name, t.ref_code)
+    rej = RecordWriter(rejected) if rejected is not None else None
+
+    def process(task: Task):
+        import msgspec
+
+        try:
+            reason, info = dd.check(task.id, task.name, task.ref_code)
+        except SyntaxError as e:
+            reason, info = "syntax_error", {"detail": str(e)}
+            dd.reasons[reason] += 1
+        if reason is None:
+            yield msgspec.structs.replace(task, meta={**task.meta, "dedup": info})
+        elif rej is not None:
+            rej.write(
+                msgspec.structs.replace(
+                    task, meta={**task.meta, "rejected": {"reason": reason, **info}}
+                )
+            )
+
+    try:
+        run_stream(
+            process,
+            input=input,
+            output=output,
+            resume=resume,
+            on_error=on_error,
+            expect=(Task,),
+            desc="dedup",
+        )
+    finally:
+        if rej is not None:
+            rej.close()
+        log(dd.summary())
+
+
 def main() -> None:  # pragma: no cover
     app()
 
