@@ -150,7 +150,7 @@ def ensure_pch(cache: ObjectCache, flags: Flags, limits: Limits) -> tuple[Path |
             **{**limits.__dict__, "timeout_s": max(limits.timeout_s, 600.0), "drop_user": False}
         )
         t0 = time.monotonic()
-        out = run_confined(cmd, cwd=d, env=_compiler_env(), limits=lim)
+        out = run_confined(cmd, cwd=d, env=_compiler_env(d), limits=lim, writable=[d])
         if out.returncode == 0 and tmp.exists():
             os.replace(tmp, gch)
             return d, f"pch: built in {time.monotonic() - t0:.1f}s"
@@ -159,9 +159,10 @@ def ensure_pch(cache: ObjectCache, flags: Flags, limits: Limits) -> tuple[Path |
         return None, "pch: build failed, compiling without it: " + out.stderr[-500:]
 
 
-def _compiler_env() -> dict[str, str]:
-    keep = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH", "TMPDIR")
+def _compiler_env(tmp: Path) -> dict[str, str]:
+    keep = ("PATH", "LANG", "LC_ALL", "CUDA_HOME", "CUDA_PATH", "LD_LIBRARY_PATH")
     env = {k: os.environ[k] for k in keep if k in os.environ}
+    env["TMPDIR"] = str(tmp)
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     return env
 
@@ -249,7 +250,7 @@ def build_workdir(
             **{**base.__dict__, "timeout_s": left, "drop_user": False, "address_space_mb": None}
         )
         t = time.monotonic()
-        res = run_confined(cmd, cwd=src, env=_compiler_env(), limits=lim)
+        res = run_confined(cmd, cwd=src, env=_compiler_env(out), limits=lim, writable=[out])
         u.seconds = time.monotonic() - t
         u.log = (res.stdout + res.stderr).strip()
         if res.returncode == 0 and tmp.exists():
@@ -315,7 +316,8 @@ def build_workdir(
         res = run_confined(
             cmd,
             cwd=src,
-            env=_compiler_env(),
+            env=_compiler_env(out),
+            writable=[out],
             limits=Limits(**{**base.__dict__, "timeout_s": left, "drop_user": False}),
         )
         if res.returncode != 0 or not tmp.exists():

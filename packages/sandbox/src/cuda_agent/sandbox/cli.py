@@ -1,8 +1,298 @@
+"""``sandbox``: evaluate candidate kernels in isolation; create agent workspaces; run agent tools.
+
+stdout carries records only (``eval``) or the command's own output (``exec``); logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-app = typer.Typer(help="sandbox (under construction)", no_args_is_help=True, add_completion=False)
+from cuda_agent.records.cli_helpers import (
+    InputArg,
+    OnError,
+    OnErrorOpt,
+    OutputOpt,
+    ResumeOpt,
+    ShardOpt,
+    fail,
+    in_shard,
+    log,
+    parse_shard,
+)
+
+app = typer.Typer(
+    help="Build, verify and time candidate CUDA kernels in isolated processes; agent workspaces.",
+    no_args_is_help=True,
+    add_completion=False,
+)
 
 
 @app.callback()
 def _main() -> None:
-    """sandbox."""
+    """sandbox: the evaluation environment of cuda-agent."""
+
+
+@app.command("eval")
+def eval_cmd(
+    input: InputArg = None,
+    output: OutputOpt = None,
+    resume: ResumeOpt = False,
+    on_error: OnErrorOpt = OnError.stop,
+    shard: ShardOpt = None,
+    gpus: Annotated[
+        str | None,
+        typer.Option(
+            "--gpus",
+            help="GPUs to use: 'all' or '0,1' (one worker each). Default: the first visible.",
+        ),
+    ] = None,
+    compile_jobs: Annotated[
+        int, typer.Option("--compile-jobs", help="Candidates compiled at once (CPU pool).")
+    ] = 2,
+    unit_jobs: Annotated[
+        int, typer.Option("--unit-jobs", help="Compiler processes per candidate.")
+    ] = 4,
+    backend: Annotated[str, typer.Option("--backend", help="cuda | cpu | auto")] = "auto",
+    trials: Annotated[int, typer.Option("--trials", help="Correctness trials (>= 5).")] = 5,
+    atol: Annotated[float, typer.Option("--atol")] = 1e-2,
+    rtol: Annotated[float, typer.Option("--rtol")] = 1e-2,
+    norm_tol: Annotated[float, typer.Option("--norm-tol", help="Max relative error norm.")] = 2e-2,
+    timing: Annotated[
+        bool, typer.Option("--timing/--no-timing", help="Time correct candidates.")
+    ] = True,
+    baselines: Annotated[
+        bool,
+        typer.Option("--baselines/--no-baselines", help="Eager/compile baselines and speed-ups."),
+    ] = True,
+    guard_policy: Annotated[
+        str, typer.Option("--guard-policy", help="strict | kernelbench | off")
+    ] = "strict",
+    compile_timeout: Annotated[float, typer.Option("--compile-timeout", help="Seconds.")] = 300.0,
+    verify_timeout: Annotated[float, typer.Option("--verify-timeout", help="Seconds.")] = 300.0,
+    time_timeout: Annotated[float, typer.Option("--time-timeout", help="Seconds.")] = 600.0,
+    host_mem_mb: Annotated[
+        int, typer.Option("--host-mem-mb", help="Host memory limit of a candidate.")
+    ] = 32768,
+    pch: Annotated[
+        bool, typer.Option("--pch/--no-pch", help="Precompile the bindings' torch headers.")
+    ] = True,
+    cache_dir: Annotated[
+        Path | None, typer.Option("--cache-dir", help="Object/extension cache.")
+    ] = None,
+    keep_dirs: Annotated[
+        bool, typer.Option("--keep-dirs", help="Keep each evaluation's directory (debugging).")
+    ] = False,
+) -> None:
+    """Evaluate candidates: ``sandbox eval < candidates.jsonl > results.jsonl``.
+
+    Each candidate record yields one eval_result record, in input order. Example:
+
+        sandbox eval cands.jsonl -o results.jsonl --resume --gpus all --compile-jobs 4
+    """
+    from cuda_agent.records import Candidate, ErrorRecord
+    from cuda_agent.records.jsonl import DecodeError, RecordWriter, done_keys, read_records
+
+    from .config import SandboxConfig
+    from .pool import SandboxPool, parse_gpus
+
+    if resume and output is None:
+        raise fail("--resume needs -o FILE")
+    shard_t = parse_shard(shard)
+    cfg = SandboxConfig(
+        backend=backend,
+        trials=max(5, trials),
+        atol=atol,
+        rtol=rtol,
+        norm_tol=norm_tol,
+        timing=timing,
+        baselines=baselines,
+        guard_policy=guard_policy,
+        compile_timeout_s=compile_timeout,
+        verify_timeout_s=verify_timeout,
+        time_timeout_s=time_timeout,
+        host_mem_mb=host_mem_mb,
+        pch=pch,
+        compile_jobs=unit_jobs,
+        cache_dir=str(cache_dir) if cache_dir else None,
+        keep_dirs=keep_dirs,
+    )
+    done = done_keys(output) if (resume and output is not None) else set()
+    if done:
+        log(f"resume: {len(done)} results already in {output}")
+    source = str(input) if input is not None else "<stdin>"
+    counts: dict[str, int] = {}
+    stats = {"read": 0, "skipped": 0, "bad": 0, "written": 0}
+    stop_at: list[str] = []
+
+    def items():
+        for n, rec in read_records(input, Candidate):
+            stats["read"] += 1
+            if isinstance(rec, DecodeError):
+                stats["bad"] += 1
+                if on_error is OnError.stop:
+                    stop_at.append(f"line {n}: {rec.message}")
+                    return
+                if on_error is OnError.emit:
+                    yield ErrorRecord(
+                        line=n,
+                        message=rec.message,
+                        raw=rec.raw.decode(errors="replace")[:2000],
+                        source=source,
+                    )
+                else:
+                    log(f"line {n}: {rec.message} (skipped)")
+                continue
+            if rec.key in done or not in_shard(rec.key, shard_t):
+                stats["skipped"] += 1
+                continue
+            yield rec
+
+    t0 = time.monotonic()
+    with SandboxPool(cfg, gpus=parse_gpus(gpus), compile_workers=compile_jobs) as pool:
+        log(
+            f"sandbox eval: backend={pool.backend} devices={','.join(pool.devices)} compile workers={compile_jobs}"
+        )
+        with RecordWriter(output, append=True) as writer:
+            for res in pool.map(items()):
+                writer.write(res)
+                stats["written"] += 1
+                st = getattr(res, "status", None)
+                key = st.value if st is not None else "error_record"
+                counts[key] = counts.get(key, 0) + 1
+                if st is not None:
+                    log(
+                        f"[{stats['written']}] {res.key} {key} {res.seconds:.1f}s {res.message[:160]}"
+                    )
+    summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+    log(
+        f"sandbox eval: {stats['read']} read, {stats['written']} written ({summary}), {stats['skipped']} skipped, {stats['bad']} malformed in {time.monotonic() - t0:.1f}s"
+    )
+    if stop_at:
+        raise fail(stop_at[0], 2)
+
+
+@app.command("workspace")
+def workspace_cmd(
+    task_jsonl: Annotated[Path, typer.Argument(help="JSONL with task (or candidate) records.")],
+    out_dir: Annotated[
+        Path, typer.Argument(help="Directory to create (must not exist or be empty).")
+    ],
+    task_id: Annotated[
+        str | None, typer.Option("--task-id", help="Which task (default: the first).")
+    ] = None,
+    backend: Annotated[str, typer.Option("--backend", help="cuda | cpu | auto")] = "auto",
+) -> None:
+    """Create an agent workspace for one task.
+
+    sandbox workspace tasks.jsonl ws/ --backend cuda && cd ws && python utils/compile.py
+    """
+    from cuda_agent.records import Candidate, Task
+    from cuda_agent.records.jsonl import DecodeError, read_records
+
+    from .config import resolve_backend
+    from .workspace import create_workspace
+
+    chosen = None
+    for n, rec in read_records(task_jsonl):
+        if isinstance(rec, DecodeError):
+            raise fail(f"{task_jsonl}: line {n}: {rec.message}")
+        t = rec if isinstance(rec, Task) else rec.task if isinstance(rec, Candidate) else None
+        if t is not None and (task_id is None or t.id == task_id or t.name == task_id):
+            chosen = t
+            break
+    if chosen is None:
+        raise fail(f"no task {'with id ' + task_id if task_id else ''} in {task_jsonl}")
+    be = resolve_backend(backend)
+    try:
+        d = create_workspace(chosen, out_dir, backend=be)
+    except FileExistsError as e:
+        raise fail(str(e)) from None
+    log(f"workspace for task {chosen.name} ({chosen.id}, backend {be}) in {d}")
+    print(str(d))
+
+
+@app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def exec_cmd(
+    ctx: typer.Context,
+    workspace: Annotated[Path, typer.Argument(help="Workspace directory (the command's cwd).")],
+    timeout: Annotated[float, typer.Option("--timeout", help="Wall-clock limit, seconds.")] = 300.0,
+    max_output: Annotated[
+        int, typer.Option("--max-output", help="Bytes of output kept (head and tail).")
+    ] = 30000,
+    network: Annotated[
+        bool, typer.Option("--network/--no-network", help="Allow network access.")
+    ] = False,
+) -> None:
+    """Run a command for an agent tool: ``sandbox exec WS -- python utils/compile.py``.
+
+    Own session and process group (all killed at the limit), no network, limits on processes and
+    file size; stdout and stderr are each cut to --max-output bytes, head and tail kept.
+    """
+    from .isolation import Limits, run_confined
+
+    cmd = list(ctx.args)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise fail("no command given (sandbox exec WS -- CMD ...)")
+    keep = (
+        "PATH",
+        "HOME",
+        "LANG",
+        "LC_ALL",
+        "PYTHONPATH",
+        "LD_LIBRARY_PATH",
+        "CUDA_HOME",
+        "CUDA_VISIBLE_DEVICES",
+        "VIRTUAL_ENV",
+        "TERM",
+        "CUDA_AGENT_SANDBOX_CACHE",
+    )
+    env = {k: v for k, v in os.environ.items() if k in keep}
+    env["TMPDIR"] = str(_tmp_dirs()[0])
+    lim = Limits(
+        timeout_s=timeout,
+        output_cap=max_output,
+        no_network=not network,
+        drop_user=False,
+        rss_mb=None,
+    )
+    out = run_confined(
+        cmd, cwd=workspace, env=env, limits=lim, writable=[workspace.resolve(), *_tmp_dirs()]
+    )
+    sys.stdout.write(out.stdout)
+    sys.stdout.flush()
+    sys.stderr.write(out.stderr)
+    if out.killed_for or (out.returncode or 0) < 0:
+        sys.stderr.write(f"\n[sandbox exec: {out.describe()}]\n")
+    raise typer.Exit(
+        124
+        if out.timed_out
+        else (out.returncode if out.returncode is not None else 137)
+        if (out.returncode or 0) >= 0
+        else 128 + (out.signal or 9)
+    )
+
+
+def _tmp_dirs() -> list[Path]:
+    import tempfile
+
+    d = Path(tempfile.gettempdir()) / "sandbox-exec"
+    d.mkdir(exist_ok=True)
+    return [d]
+
+
+@app.command("caps")
+def caps_cmd() -> None:
+    """Print what isolation this machine allows (uid drop, network namespace, pids cgroup)."""
+    import json
+
+    from .isolation import caps
+
+    print(json.dumps(caps().__dict__, indent=1))

@@ -169,13 +169,14 @@ def _run_op(
     env: dict[str, str],
     limits: Limits,
     slot: int,
+    writable: list[Path],
 ) -> tuple[Outcome, dict[str, Any]]:
     """Run one runner op; returns the outcome and the op's report ({} when it wrote none)."""
     spec_path = spec_dir / f"{spec['op']}.spec.json"
     spec_path.write_text(json.dumps(spec))
     os.chmod(spec_path, 0o644)
     cmd = [sys.executable, "-m", "cuda_agent.sandbox.runner", str(spec_path)]
-    out = run_confined(cmd, cwd=cwd, env=env, limits=limits, slot=slot)
+    out = run_confined(cmd, cwd=cwd, env=env, limits=limits, slot=slot, writable=writable)
     report: dict[str, Any] = {}
     with contextlib.suppress(OSError, json.JSONDecodeError):
         report = json.loads(Path(spec["report"]).read_text())
@@ -215,13 +216,15 @@ def _own_kernels(c: Candidate) -> list[str]:
     return sorted(set(names))
 
 
-def prepare(candidate: Candidate, config: SandboxConfig, *, backend: str | None = None) -> Prepared:
+def prepare(
+    candidate: Candidate, config: SandboxConfig, *, backend: str | None = None, slot: int = 63
+) -> Prepared:
     """The CPU half: static guard checks, a fresh directory, compilation. Never raises for a
     candidate's fault; infrastructure failures become ``infra_error`` results."""
     be = backend or resolve_backend(config.backend)
     p = Prepared(candidate=candidate, config=config, backend=be, t0=time.monotonic())
     try:
-        _prepare(p)
+        _prepare(p, slot)
     except Exception as e:  # noqa: BLE001 - the evaluator's own failure
         import traceback
 
@@ -234,7 +237,7 @@ def prepare(candidate: Candidate, config: SandboxConfig, *, backend: str | None 
     return p
 
 
-def _prepare(p: Prepared) -> None:
+def _prepare(p: Prepared, slot: int) -> None:
     cfg, c = p.config, p.candidate
     t = time.monotonic()
     if cfg.guard_policy != "off":
@@ -290,7 +293,7 @@ def _prepare(p: Prepared) -> None:
     # into the content-keyed cache, where the verify and timing processes find them.
     kb_cache = _shared_dir(cache / "kb_ext")
     tmp = root / "tmp_compile"
-    prepare_writable(tmp, 0, _limits(p.config, 1, p.backend))
+    prepare_writable(tmp, slot, _limits(p.config, 1, p.backend))
     env = _candidate_env(tmp, None, p.backend, cache)
     env["CUDA_VISIBLE_DEVICES"] = ""
     spec = {
@@ -307,7 +310,8 @@ def _prepare(p: Prepared) -> None:
         cwd=p.work,
         env=env,
         limits=_limits(cfg, cfg.compile_timeout_s, p.backend),
-        slot=0,
+        slot=slot,
+        writable=[tmp, kb_cache, cache / "triton"],
     )
     p.stages["compile"] = time.monotonic() - t
     builds = rep.get("builds", [])
@@ -375,6 +379,7 @@ def _run_on_device(p: Prepared, gpu: str | None, slot: int) -> EvalResult:
     prepare_writable(io, slot, lim_c)
     prepare_writable(tmp, slot, lim_c)
     env = _candidate_env(tmp, gpu, p.backend, cache)
+    cand_writable = [io, tmp, _shared_dir(cache / "kb_ext"), _shared_dir(cache / "triton")]
     secret = secrets.randbits(62)
     n_trials = max(5, cfg.trials)
     from .runner import variant_schedule
@@ -384,7 +389,9 @@ def _run_on_device(p: Prepared, gpu: str | None, slot: int) -> EvalResult:
         for i, v in enumerate(variant_schedule(n_trials))
     ]
     init_seed = (secret ^ 0x5DEECE66D) % (1 << 62)
-    init_path, sd_path = root / "init_inputs.pt", root / "state_dict.pt"
+    shared = root / "shared"
+    shared.mkdir(mode=0o755, exist_ok=True)
+    init_path, sd_path = shared / "init_inputs.pt", shared / "state_dict.pt"
     # 1. reference, in its own process (trusted code, same user, no network)
     t = time.monotonic()
     ref_env = dict(env, HOME=str(private), TMPDIR=str(private))
@@ -406,6 +413,7 @@ def _run_on_device(p: Prepared, gpu: str | None, slot: int) -> EvalResult:
         env=ref_env,
         limits=_limits(cfg, cfg.reference_timeout_s, p.backend, drop_user=False),
         slot=slot,
+        writable=[private, shared],
     )
     p.stages["reference"] = time.monotonic() - t
     p.meta["isolation"] = out.isolation
@@ -446,6 +454,7 @@ def _run_on_device(p: Prepared, gpu: str | None, slot: int) -> EvalResult:
         env=env,
         limits=_limits(cfg, cfg.verify_timeout_s, p.backend),
         slot=slot,
+        writable=cand_writable,
     )
     p.stages["verify"] = time.monotonic() - t
     p.meta["isolation"] = out.isolation
@@ -553,6 +562,7 @@ def _run_on_device(p: Prepared, gpu: str | None, slot: int) -> EvalResult:
         env=env,
         limits=_limits(cfg, cfg.time_timeout_s, p.backend),
         slot=slot,
+        writable=cand_writable,
     )
     p.stages["time"] = time.monotonic() - t
     if out.timed_out:

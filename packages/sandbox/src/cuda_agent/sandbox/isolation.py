@@ -10,6 +10,8 @@ compiles it). Guarantees, where the OS allows (what was in force is returned in
 - process count (pids cgroup, else RLIMIT_NPROC under a dedicated uid), file size, open files,
   address space (``address_space_mb``, CPU work only) and a resident-memory watchdog;
 - no network (a fresh network namespace: no interface is up);
+- its own pid namespace (it cannot signal its parent's process group) and mount namespace with
+  the file system read-only except the directories it is given;
 - an unprivileged, per-slot uid when started as root and the interpreter is reachable by it;
 - stdout/stderr captured with a cap: the head and tail are kept and the cut is said.
 """
@@ -28,6 +30,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +52,7 @@ class Limits:
     no_network: bool = True
     drop_user: bool = True
     output_cap: int = 64_000  # bytes of stdout and of stderr kept (half head, half tail)
+    read_only_fs: bool = True  # everything but the ``writable`` directories (and /dev) read-only
 
 
 @dataclass
@@ -225,7 +229,7 @@ def _probe(cfg: dict[str, Any], cmd: list[str]) -> tuple[int, str]:
 
 def slot_uid(slot: int) -> int:
     """The uid confined processes of worker ``slot`` run as (distinct per parent process)."""
-    return UID_BASE + (os.getpid() % 997) * 8 + (slot % 8) + 1000
+    return UID_BASE + 1000 + (os.getpid() % 997) * 64 + (slot % 64)
 
 
 # ---------------------------------------------------------------- running
@@ -278,12 +282,19 @@ def run_confined(
     slot: int = 0,
     stdin: bytes | None = None,
     pass_fds: tuple[int, ...] = (),
+    writable: Sequence[str | os.PathLike[str]] = (),
 ) -> Outcome:
     """Run ``cmd`` confined (see the module docstring); never raises for what the command does."""
     c = caps()
     uid = slot_uid(slot) if (limits.drop_user and c.drop_user) else None
     iso: dict[str, str] = {}
-    cfg: dict[str, Any] = {"cwd": str(cwd), "env": env, "require": []}
+    cfg: dict[str, Any] = {
+        "cwd": str(cwd),
+        "env": env,
+        "require": [],
+        "writable": [str(Path(w).resolve()) for w in writable],
+        "read_only_fs": limits.read_only_fs,
+    }
     rl: dict[str, int] = {"core": 0}
     if limits.fsize_mb:
         rl["fsize"] = limits.fsize_mb << 20
@@ -393,6 +404,10 @@ def run_confined(
             for k, v in rep_d.items():
                 if isinstance(v, str) and v.startswith("failed"):
                     iso[f"{k}_step"] = v
+            if rep_d.get("read_only_fs") == "ok":
+                iso["filesystem"] = "read-only except its own directories"
+            if rep_d.get("proc") == "ok":
+                iso["pid_namespace"] = "own (cannot see or signal outside processes)"
     return Outcome(
         returncode=None if killed_for else rc,
         timed_out=killed_for == "timeout",

@@ -6,16 +6,21 @@ Steps, each recorded in the report file the parent named (written before privile
 the confined program cannot forge it):
 
 1. join a pids cgroup (``cgroup``: a directory whose ``cgroup.procs`` we may write);
-2. leave the network: a new network namespace (root) or user+network namespace (non-root);
-3. resource limits (``rlimits``: name -> soft=hard value);
-4. drop to an unprivileged uid/gid (``uid``) when started as root;
-5. ``chdir`` and ``execve``.
+2. new namespaces: mount and pid always tried (``namespaces``), network when ``no_network``
+   (as non-root inside a new user namespace);
+3. fork: the child is pid 1 of the new pid namespace, so it cannot see or signal any process
+   outside it (its parent's process group included), and everything it starts dies with it;
+   this launcher waits and passes on its exit status (a signal death is re-raised);
+4. in the child: the file system read-only except the ``writable`` directories (and /dev/shm),
+   a fresh /proc, resource limits (``rlimits``), an unprivileged uid/gid (``uid``) when root,
+   ``chdir`` and ``execve``.
 
-A step marked required (``require``) that fails ends the launcher with exit code 111.
+A step listed in ``require`` that fails ends the launcher with exit code 111.
 ``--killall UID`` instead kills every process of UID (used after a phase ends).
 This file imports only the standard library.
 """
 
+import contextlib
 import ctypes
 import json
 import os
@@ -23,16 +28,39 @@ import resource
 import signal
 import sys
 
+CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
 JAIL_FAILED = 111
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{what}: {os.strerror(e)}")
 
 
 def _unshare(flags: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(flags) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e))
+    _check(_libc.unshare(flags), "unshare")
+
+
+def _mount(src, target, fstype, flags, data=None) -> None:
+    enc = lambda s: None if s is None else s.encode()  # noqa: E731
+    _check(
+        _libc.mount(enc(src), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+        f"mount {target}",
+    )
 
 
 def _write(path: str, text: str) -> None:
@@ -44,11 +72,47 @@ def _killall(uid: int) -> int:
     os.setgroups([])
     os.setgid(uid)
     os.setuid(uid)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(-1, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     return 0
+
+
+def _mount_points() -> list[str]:
+    pts = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            parts = line.split()
+            if len(parts) > 4:
+                pts.append(parts[4].replace("\\040", " "))
+    return pts
+
+
+def _read_only_fs(writable: list[str]) -> None:
+    """Everything read-only but ``writable`` (bind-mounted onto themselves first) and /dev."""
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    for d in writable:
+        _mount(d, d, None, MS_BIND | MS_REC)
+    keep = tuple(os.path.realpath(d) for d in writable)
+    for mp in _mount_points():
+        if mp.startswith(("/proc", "/sys", "/dev")) or os.path.realpath(mp).startswith(keep):
+            continue
+        try:
+            st = os.statvfs(mp)
+        except OSError:
+            continue
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        for bit, ms in (
+            (os.ST_NOSUID, MS_NOSUID),
+            (os.ST_NODEV, MS_NODEV),
+            (os.ST_NOEXEC, MS_NOEXEC),
+        ):
+            if st.f_flag & bit:
+                flags |= ms
+        with contextlib.suppress(OSError):
+            _mount(None, mp, None, flags)
+    # the root itself must have become read-only, or the step failed
+    if not (os.statvfs("/").f_flag & os.ST_RDONLY):
+        raise OSError("/ is still writable")
 
 
 def main(argv: list[str]) -> int:
@@ -60,37 +124,118 @@ def main(argv: list[str]) -> int:
     require = set(cfg.get("require", []))
     failed: list[str] = []
 
-    def step(name: str, fn) -> None:
+    def step(name: str, fn) -> bool:
         try:
             fn()
             report[name] = "ok"
+            return True
         except Exception as e:  # noqa: BLE001 - recorded
             report[name] = f"failed: {e}"
             if name in require:
                 failed.append(name)
+            return False
+
+    rep_fd = None
+    if cfg.get("report"):
+        with contextlib.suppress(OSError):
+            rep_fd = os.open(
+                cfg["report"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
+            )
+
+    def finish_report() -> None:
+        if rep_fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(rep_fd, json.dumps(report).encode())
+                os.close(rep_fd)
 
     if cfg.get("cgroup"):
         step(
             "cgroup", lambda: _write(os.path.join(cfg["cgroup"], "cgroup.procs"), str(os.getpid()))
         )
+    root = os.geteuid() == 0
+    want_ns = cfg.get("namespaces", True)
+    flags = (CLONE_NEWNS | CLONE_NEWPID) if want_ns else 0
     if cfg.get("no_network"):
-        if os.geteuid() == 0:
-            step("network", lambda: _unshare(CLONE_NEWNET))
+        flags |= CLONE_NEWNET
+    ns_ok = False
+    if flags:
+        if root:
+            ns_ok = step("namespaces", lambda: _unshare(flags))
         else:
             uid, gid = os.getuid(), os.getgid()
 
             def userns() -> None:
-                _unshare(CLONE_NEWUSER | CLONE_NEWNET)
+                _unshare(CLONE_NEWUSER | flags)
                 _write("/proc/self/setgroups", "deny")
                 _write("/proc/self/uid_map", f"{uid} {uid} 1")
                 _write("/proc/self/gid_map", f"{gid} {gid} 1")
 
-            step("network", userns)
+            ns_ok = step("namespaces", userns)
+        if cfg.get("no_network"):
+            report["network"] = "ok" if ns_ok else report.get("namespaces", "failed")
+            if not ns_ok and "network" in require:
+                failed.append("network")
+    if failed:
+        finish_report()
+        sys.stderr.write(f"jail: required step(s) failed: {', '.join(failed)}: {report}\n")
+        return JAIL_FAILED
+    pid_ns = ns_ok and want_ns
+    if pid_ns:
+        rd, wr = os.pipe()
+        init = os.fork()
+        if init != 0:  # the launcher, outside: wait for the namespace's init, pass the status on
+            os.close(wr)
+            if rep_fd is not None:
+                os.close(rep_fd)
+            for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(s, lambda sig, _f: os.kill(init, signal.SIGKILL))
+            _, st = os.waitpid(init, 0)
+            data = b""
+            with contextlib.suppress(OSError):
+                data = os.read(rd, 64)
+            status = int(data) if data.strip() else st
+            if os.WIFSIGNALED(status):
+                sig = os.WTERMSIG(status)
+                if sig not in (signal.SIGKILL, signal.SIGSTOP):
+                    signal.signal(sig, signal.SIG_DFL)
+                resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+                os.kill(os.getpid(), sig)
+                return 128 + sig
+            return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
+        # pid 1 of the namespace: set up the file system, start the command, reap, report
+        os.close(rd)
+        writable = [d for d in cfg.get("writable", []) if os.path.isdir(d)]
+        if cfg.get("read_only_fs", True):
+            step("read_only_fs", lambda: _read_only_fs(writable))
+        step("proc", lambda: _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC))
+        if failed:
+            finish_report()
+            sys.stderr.write(f"jail: required step(s) failed: {', '.join(failed)}: {report}\n")
+            os._exit(JAIL_FAILED)
+        cmd_pid = os.fork()
+        if cmd_pid != 0:
+            if rep_fd is not None:
+                os.close(rep_fd)
+            while True:
+                try:
+                    pid, st = os.waitpid(-1, 0)
+                except ChildProcessError:
+                    os._exit(1)
+                if pid == cmd_pid:
+                    os.write(wr, str(st).encode())
+                    os._exit(0)  # the kernel kills everything left in the namespace
+        os.close(wr)
+        os.setsid()  # own process group: kill(0) reaches nothing outside
+    _exec(cfg, cmd, report, step, failed, finish_report, root)
+    return 0
+
+
+def _exec(cfg, cmd, report, step, failed, finish_report, root) -> None:
     for name, value in (cfg.get("rlimits") or {}).items():
         res = getattr(resource, "RLIMIT_" + name.upper())
         step(f"rlimit_{name}", lambda res=res, value=value: resource.setrlimit(res, (value, value)))
     uid = cfg.get("uid")
-    if uid is not None and os.geteuid() == 0:
+    if uid is not None and root:
 
         def drop() -> None:
             os.setgroups([])
@@ -98,14 +243,10 @@ def main(argv: list[str]) -> int:
             os.setuid(int(uid))
 
         step("user", drop)
-    if cfg.get("report"):
-        try:
-            _write(cfg["report"], json.dumps(report))
-        except OSError:
-            pass
+    finish_report()
     if failed:
         sys.stderr.write(f"jail: required step(s) failed: {', '.join(failed)}: {report}\n")
-        return JAIL_FAILED
+        os._exit(JAIL_FAILED)
     if cfg.get("cwd"):
         os.chdir(cfg["cwd"])
     env = cfg.get("env")
@@ -116,8 +257,7 @@ def main(argv: list[str]) -> int:
             os.execvpe(cmd[0], cmd, env)
     except OSError as e:
         sys.stderr.write(f"jail: cannot execute {cmd[0]}: {e}\n")
-        return 127
-    return 0  # unreachable
+    os._exit(127)
 
 
 if __name__ == "__main__":

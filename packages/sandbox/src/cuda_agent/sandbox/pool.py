@@ -1,0 +1,175 @@
+"""A reusable evaluation pool: compilation in a CPU pool, one device worker per GPU.
+
+``SandboxPool`` is what ``agent``, ``opsynth`` and ``ppo`` hold for a whole run::
+
+    with SandboxPool(SandboxConfig(), gpus=["0", "1"]) as pool:
+        result = pool.evaluate(candidate)               # blocking
+        fut = pool.submit(candidate)                    # concurrent.futures.Future[EvalResult]
+        for r in pool.map(candidates):                  # results in input order
+            ...
+
+Each candidate is prepared (static guards, materialise, compile) by one of ``compile_workers``
+threads, then verified and timed by the worker of one device, one candidate at a time per device.
+Every process that runs candidate code is fresh and confined (see ``isolation``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from cuda_agent.records import Candidate, EvalResult
+
+from .config import SandboxConfig, resolve_backend
+from .evaluate import Prepared, prepare, run_on_device
+
+
+def visible_gpus() -> list[str]:
+    """GPU indices visible to this process ($CUDA_VISIBLE_DEVICES, else nvidia-smi)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [g.strip() for g in env.split(",") if g.strip()]
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        p = subprocess.run(
+            [smi, "--query-gpu=index", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return [ln.strip() for ln in p.stdout.splitlines() if ln.strip()]
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+
+
+def parse_gpus(spec: str | None) -> list[str] | None:
+    """``"all"`` -> every visible GPU, ``"0,1"`` -> ["0", "1"], None -> None (default)."""
+    if spec is None:
+        return None
+    if spec.strip() == "all":
+        return visible_gpus()
+    return [g.strip() for g in spec.split(",") if g.strip()]
+
+
+class SandboxPool:
+    """Evaluate many candidates concurrently (see the module docstring). Thread-safe."""
+
+    def __init__(
+        self,
+        config: SandboxConfig | None = None,
+        *,
+        gpus: Sequence[str] | None = None,
+        compile_workers: int | None = None,
+        cpu_workers: int = 1,
+    ):
+        self.config = config or SandboxConfig()
+        self.backend = resolve_backend(self.config.backend)
+        if self.backend == "cuda":
+            devs = list(gpus) if gpus else (visible_gpus()[:1] or ["0"])
+        else:
+            devs = [f"cpu{i}" for i in range(max(1, cpu_workers))]
+        self.devices = devs
+        n_compile = compile_workers or max(1, min(4, (os.cpu_count() or 2) // 2))
+        self._slots = itertools.count(len(devs))
+        self._local = threading.local()
+        self._compile = ThreadPoolExecutor(
+            max_workers=n_compile, thread_name_prefix="sandbox-compile"
+        )
+        self._queue: queue.Queue[tuple[Future[Prepared], Future[EvalResult]] | None] = queue.Queue()
+        self._workers = [
+            threading.Thread(
+                target=self._device_loop, args=(d, i), name=f"sandbox-dev-{d}", daemon=True
+            )
+            for i, d in enumerate(devs)
+        ]
+        for w in self._workers:
+            w.start()
+        self._closed = False
+
+    # -- stages ----------------------------------------------------------------------------
+
+    def _prepare(self, c: Candidate) -> Prepared:
+        slot = getattr(self._local, "slot", None)
+        if slot is None:
+            slot = self._local.slot = next(self._slots)
+        return prepare(c, self.config, backend=self.backend, slot=slot)
+
+    def _device_loop(self, device: str, slot: int) -> None:
+        gpu = device if self.backend == "cuda" else None
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            pf, rf = item
+            try:
+                r = run_on_device(pf.result(), gpu=gpu, slot=slot)
+                r.meta.setdefault("worker", device)
+                rf.set_result(r)
+            except BaseException as e:  # noqa: BLE001 - delivered to the caller
+                rf.set_exception(e)
+
+    # -- API --------------------------------------------------------------------------------
+
+    def submit(self, candidate: Candidate) -> Future[EvalResult]:
+        """Start evaluating ``candidate``; the future's result is its ``EvalResult``."""
+        if self._closed:
+            raise RuntimeError("pool is closed")
+        rf: Future[EvalResult] = Future()
+        pf = self._compile.submit(self._prepare, candidate)
+        pf.add_done_callback(lambda f: self._queue.put((f, rf)))
+        return rf
+
+    def evaluate(self, candidate: Candidate) -> EvalResult:
+        """Evaluate one candidate (blocking)."""
+        return self.submit(candidate).result()
+
+    def map(self, items: Iterable[Any], window: int | None = None) -> Iterator[Any]:
+        """Evaluate candidates from ``items`` concurrently, yielding results in input order.
+
+        Items that are not ``Candidate`` pass through unchanged, in order (the CLI uses this for
+        error records). At most ``window`` candidates are in flight (default: enough to keep
+        every compile worker and device busy)."""
+        w = window or (2 * len(self.devices) + 2 * self._compile._max_workers)
+        pending: deque[Any] = deque()
+        for item in items:
+            pending.append(self.submit(item) if isinstance(item, Candidate) else item)
+            while len(pending) >= w or (pending and _ready(pending[0])):
+                yield _value(pending.popleft())
+        while pending:
+            yield _value(pending.popleft())
+
+    def close(self) -> None:
+        """Finish queued work and stop the workers."""
+        if self._closed:
+            return
+        self._closed = True
+        self._compile.shutdown(wait=True)
+        for _ in self._workers:
+            self._queue.put(None)
+        for t in self._workers:
+            t.join()
+
+    def __enter__(self) -> SandboxPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _ready(x: Any) -> bool:
+    return not isinstance(x, Future) or x.done()
+
+
+def _value(x: Any) -> Any:
+    return x.result() if isinstance(x, Future) else x
