@@ -70,7 +70,7 @@ fi
 
 if has baseline; then
   say "profiler baseline (CLI, fresh subprocess per task)"
-  $PY -m cuda_agent.profiler.bench tasks $FIX --only 'level1/(1_ReLU|6_Softmax)$|level2/1_' \
+  $PY -m cuda_agent.profiler.bench tasks $FIX --only 'level1/(1_ReLU|6_Softmax)[.]|level2/1_' \
     > /tmp/tasks.jsonl 2>> "$LOG"
   timeout 180 $PY -m cuda_agent.profiler.cli baseline /tmp/tasks.jsonl --timeout 120 \
     --time-cap 1 > "$OUT/baseline.jsonl" 2>> "$LOG"

@@ -74,9 +74,14 @@ def test_pointer_cache_is_flagged():
     assert "stale_output" in res.stats["new"].flags
 
 
+def test_long_lived_worker_thread_is_flagged():
+    res = _exploit("pool_thread.py")
+    assert {"deferred_work", "async_work"} & set(res.stats["new"].flags)
+
+
 def test_honest_solution_is_not_flagged():
     res = _exploit("honest.py")
-    bad = {"async_work", "background_thread", "stale_output", "trace_mismatch"}
+    bad = {"async_work", "background_thread", "stale_output", "trace_mismatch", "deferred_work"}
     assert not bad & set(res.stats["new"].flags)
     assert 0.9 < res.speedup("eager", "new") < 1.1
 

@@ -46,6 +46,9 @@ class TimingConfig:
     max_discard_fraction: float = 0.5
     # cross-checks
     thread_join_timeout_s: float = 30.0
+    async_min_fraction: float = 0.1  # share of calls with async work that switches to global times
+    settle_ms: float = 0.5  # sleep after each CUDA call before checking for deferred work
+    deferred_threshold_ms: float = 0.1
     trace_check: bool = True
     trace_calls: int = 3
     # bootstrap for paired speed-up CIs

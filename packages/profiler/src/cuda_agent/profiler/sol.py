@@ -103,7 +103,7 @@ def measure_ceilings(
         torch.backends.cuda.matmul.allow_tf32 = old_tf32
     return Ceilings(
         device=device_name(device),
-        torch_version=torch.__version__,
+        torch_version=str(torch.__version__),
         protocol_version=PROTOCOL_VERSION,
         copy_gbps=copy_gbps,
         matmul_tflops=rates,

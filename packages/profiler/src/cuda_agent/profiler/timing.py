@@ -8,9 +8,12 @@ Per timed call (CUDA):
 4. a "local" end event is recorded on the same stream (what KernelBench-style timers see);
 5. threads the call started are joined, the whole device is synchronised, then a "global" end
    event is recorded: work on side streams or deferred to a thread is inside it;
-6. if global - local exceeds the calibrated synchronisation overhead, the sample is the global
-   time (minus that overhead) and the result is flagged ``async_work``;
-7. the host wall-clock of the same call and the NVML SM clock are recorded.
+6. if global - local exceeds the calibrated synchronisation overhead in at least 10% of the
+   calls (and twice), every sample is the global time minus that overhead and the result is
+   flagged ``async_work``; otherwise samples are the local times;
+7. the host wall-clock of the same call and the NVML SM clock are recorded;
+8. after a short sleep (threads that outlive the call get to run) the device is synchronised
+   again; if that finds new work in >= 10% of the calls, the result is flagged ``deferred_work``.
 Samples are taken until the relative standard error of the median is below the target (after
 ``min_samples``), or a sample/time cap. Programs under ``graph_threshold_ms`` are replayed from
 CUDA graphs (every side of a paired comparison alike).
@@ -52,6 +55,7 @@ F_WALLCLOCK = "wallclock_mismatch"  # event time and host wall-clock of the same
 F_TRACE = "trace_mismatch"  # kernel time in a trace exceeds the event time per call
 F_NO_FLUSH = "no_l2_flush"
 F_NO_NVML = "no_clock_sampling"
+F_DEFERRED = "deferred_work"  # device work kept arriving after the call was synchronised
 
 
 def _tensor_type():
@@ -209,6 +213,8 @@ class _Sample:
     async_: bool = False
     threads: bool = False
     stale: bool = False
+    async_ms: float = 0.0  # global - sync overhead: the sample if the call leaves async work
+    deferred: bool = False  # device work appeared after the call had been synchronised
 
 
 class _CpuTimer:
@@ -239,7 +245,7 @@ class _CpuTimer:
         t1 = time.perf_counter()
         local = (t_local - t0) * 1e3
         glob_ = (t1 - t0) * 1e3
-        return out, _Sample(glob_, local, glob_, glob_, None, threads=bool(new))
+        return out, _Sample(glob_, local, glob_, glob_, None, threads=bool(new), async_ms=glob_)
 
     def clock_ok(self) -> bool:
         return True
@@ -318,10 +324,16 @@ class _CudaTimer:
         glob_ = start.elapsed_time(end_global)
         host = (t1 - t0) * 1e3
         clock = self.clock.read()
-        s = _Sample(local, local, glob_, host, clock, threads=bool(new))
+        s = _Sample(local, local, glob_, host, clock, threads=bool(new), async_ms=local)
         if not _raw and glob_ - local > self.overhead_allow_ms + 0.02 * local:
-            s.ms = max(glob_ - self.overhead_ms, local)
+            s.async_ms = max(glob_ - self.overhead_ms, local)
             s.async_ = True
+        if not _raw and self.cfg.settle_ms > 0:
+            # let threads that outlive the call run, then see whether the device got new work
+            time.sleep(self.cfg.settle_ms / 1e3)
+            t2 = time.perf_counter()
+            self._sync(self.device)
+            s.deferred = (time.perf_counter() - t2) * 1e3 > self.cfg.deferred_threshold_ms
         return out, s
 
 
@@ -468,7 +480,16 @@ def paired(
                         torch.cuda.synchronize()
 
         # ---- sampling
-        kept: dict[str, list[float]] = {n: [] for n in names}
+        kept: dict[str, list[_Sample]] = {n: [] for n in names}
+
+        def frequent(ss: list[_Sample], attr: str) -> bool:
+            k = sum(bool(getattr(x, attr)) for x in ss)
+            return k >= max(2, cfg.async_min_fraction * len(ss))
+
+        def vals(name: str) -> list[float]:
+            use_async = frequent(all_samples[name], "async_")
+            return [x.async_ms if use_async else x.ms for x in kept[name]]
+
         all_samples: dict[str, list[_Sample]] = {n: [] for n in names}
         rounds_clock: list[float | None] = []
         last_fp: dict[tuple[str, int], tuple[float, ...] | None] = {}
@@ -502,15 +523,15 @@ def paired(
                 discarded += 1
             else:
                 for name in names:
-                    kept[name].append(round_s[name].ms)
+                    kept[name].append(round_s[name])
             if discarded > cfg.max_discard_fraction * max(len(rounds_clock), 10):
                 # too many throttled rounds: keep everything rather than bias the result
                 flags.add(F_THROTTLED)
-                kept = {n: [s.ms for s in all_samples[n]] for n in names}
+                kept = {n: list(all_samples[n]) for n in names}
                 discarded = 0
                 cfg = cfg.with_(discard_throttled=False)
             reasons = [
-                _stop(kept[n], time.monotonic() - t_s, cfg) for n in names
+                _stop(vals(n), time.monotonic() - t_s, cfg) for n in names
             ]  # every side must be done
             if all(r is not None for r in reasons) or any(
                 r in ("max_samples", "time_cap") for r in reasons
@@ -529,8 +550,10 @@ def paired(
         per_flags: dict[str, set[str]] = {n: set() for n in names}
         for name in names:
             ss = all_samples[name]
-            if any(s.async_ for s in ss):
+            if frequent(ss, "async_"):
                 per_flags[name].add(F_ASYNC)
+            if frequent(ss, "deferred"):
+                per_flags[name].add(F_DEFERRED)
             if any(s.threads for s in ss):
                 per_flags[name].add(F_THREAD)
             if checked[name] >= 3 and stale_count[name] > 0.5 * checked[name]:
@@ -547,16 +570,17 @@ def paired(
                     ktime = _trace_kernel_ms(fns[name], get_set, cfg.trace_calls, n_slots)
                 except Exception:  # noqa: BLE001 - the trace is a cross-check only
                     continue
-                med = float(np.median(kept[name])) if kept[name] else math.inf
+                med = float(np.median(vals(name))) if kept[name] else math.inf
                 if ktime is not None and ktime > med * 1.10 + 0.02:
                     per_flags[name].add(F_TRACE)
         flags |= timer.flags
 
-    stats = {n: summarize(kept[n], discarded, sorted(flags | per_flags[n])) for n in names}
+    samples = {n: vals(n) for n in names}
+    stats = {n: summarize(samples[n], discarded, sorted(flags | per_flags[n])) for n in names}
     all_flags = sorted(flags.union(*per_flags.values()))
     return PairedResult(
         stats=stats,
-        samples=kept,
+        samples=samples,
         flags=all_flags,
         cuda_graph=use_graph,
         rounds=len(rounds_clock),

@@ -31,7 +31,13 @@ def _baseline(req: dict[str, Any]) -> int:
     device = req.get("device", "cuda")
     cfg = TimingConfig.from_dict(req.get("config") or {})
     seed = int(req.get("seed", 0))
-    _emit({"stage": "info", "device_name": device_name(device), "torch_version": torch.__version__})
+    _emit(
+        {
+            "stage": "info",
+            "device_name": device_name(device),
+            "torch_version": str(torch.__version__),
+        }
+    )
     ref = Program.from_source(req["ref_code"], name="kb_reference")
     model = ref.make_model(device=device, seed=seed)
     pool = make_input_pool(ref, device, seed=seed + 1000)
