@@ -8,6 +8,7 @@ import sys
 
 import msgspec
 import pytest
+
 from cuda_agent.records import Task, ToolCall, Trajectory
 from cuda_agent.records.jsonl import encode
 from cuda_agent.rft.select import SelectConfig, drop_reason

@@ -8,12 +8,13 @@ import sys
 
 import pytest
 import torch
+from safetensors.torch import load_file
+
 from cuda_agent.rft.data import collate, example_from_trajectory
 from cuda_agent.rft.metrics import read_metrics
 from cuda_agent.rft.modeling import load_causal_lm, load_tokenizer
 from cuda_agent.rft.sft import SFTObjective, masked_nll, mean_nll, policy_nll
 from cuda_agent.rft.trainer import TrainConfig, TrainError, train
-from safetensors.torch import load_file
 
 
 def _cfg(out, **kw):
@@ -105,7 +106,7 @@ def test_loss_is_a_token_mean_over_the_whole_step(tiny_model, trajectories, tmp_
 
 def test_resume_continues_from_the_right_step(tiny_model, trajectories, tmp_path):
     exs = [example_from_trajectory(t) for t in trajectories]
-    full = train(SFTObjective(), tiny_model, exs, _cfg(tmp_path / "a", max_steps=5))
+    train(SFTObjective(), tiny_model, exs, _cfg(tmp_path / "a", max_steps=5))
     part = train(SFTObjective(), tiny_model, exs, _cfg(tmp_path / "b", max_steps=5, stop_after=2))
     assert part["stopped"] and part["step"] == 2
     assert (tmp_path / "b" / "checkpoint-2").is_dir() and not (tmp_path / "b" / "final").exists()
@@ -145,10 +146,22 @@ def test_cli_select_piped_into_train(tiny_model, data_file, tmp_path):
 
 def test_cli_train_reports_bad_options_clearly(tiny_model, data_file, tmp_path):
     r = subprocess.run(
-        [sys.executable, "-m", "cuda_agent.rft.cli", "train", "--model", str(tmp_path),
-         "--data", str(data_file), "--out", str(tmp_path / "o")],
+        [
+            sys.executable,
+            "-m",
+            "cuda_agent.rft.cli",
+            "train",
+            "--model",
+            str(tmp_path),
+            "--data",
+            str(data_file),
+            "--out",
+            str(tmp_path / "o"),
+        ],
         capture_output=True,
         timeout=120,
     )
     assert r.returncode == 2
-    assert "not a Hugging Face checkpoint" in r.stderr.decode() or "config.json" in r.stderr.decode()
+    assert (
+        "not a Hugging Face checkpoint" in r.stderr.decode() or "config.json" in r.stderr.decode()
+    )

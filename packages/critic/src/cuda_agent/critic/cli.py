@@ -7,6 +7,7 @@ import os
 from typing import Annotated
 
 import typer
+
 from cuda_agent.records.cli_helpers import fail
 from cuda_agent.rft.cli import (
     _CFG_KEYS,

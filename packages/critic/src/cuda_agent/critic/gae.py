@@ -43,7 +43,9 @@ def gae_1d(
     for t in range(n - 1, -1, -1):
         if not mask[t]:
             if rewards[t]:
-                raise ValueError(f"reward {rewards[t]} at position {t}, which is not a policy token")
+                raise ValueError(
+                    f"reward {rewards[t]} at position {t}, which is not a policy token"
+                )
             continue
         v = float(values[t])
         delta = float(rewards[t]) + gamma * next_value - v

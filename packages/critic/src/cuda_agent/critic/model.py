@@ -43,8 +43,9 @@ class ValueModel(nn.Module):
         cls, spec: str | os.PathLike[str], dtype: Any = torch.float32, seed: int = 0
     ) -> ValueModel:
         """A critic from a critic directory, or a fresh head on an actor's backbone."""
-        from cuda_agent.rft.modeling import resolve_model_dir
         from transformers import AutoModel
+
+        from cuda_agent.rft.modeling import resolve_model_dir
 
         path = resolve_model_dir(spec)
         backbone = AutoModel.from_pretrained(path, local_files_only=True, dtype=dtype)

@@ -101,11 +101,15 @@ class ValueObjective:
 
 
 def evaluate(
-    model: Any, examples: list[Example], gamma: float = 1.0, lam: float = 1.0,
+    model: Any,
+    examples: list[Example],
+    gamma: float = 1.0,
+    lam: float = 1.0,
     batch_tokens: int = 16384,
 ) -> dict[str, float]:
     """Value loss (per-trajectory mean) and explained variance of ``model`` on ``examples``."""
     import torch
+
     from cuda_agent.rft.data import bucket, collate
 
     device = next(model.parameters()).device

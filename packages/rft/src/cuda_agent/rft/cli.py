@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from cuda_agent.records import Trajectory
 from cuda_agent.records.cli_helpers import (
     InputArg,
@@ -221,9 +222,7 @@ StopAfterOpt = Annotated[
 TrainResumeOpt = Annotated[
     bool, typer.Option("--resume", help="Continue from the newest checkpoint in --out.")
 ]
-TbOpt = Annotated[
-    bool, typer.Option("--tensorboard/--no-tensorboard", help="Also log to OUT/tb.")
-]
+TbOpt = Annotated[bool, typer.Option("--tensorboard/--no-tensorboard", help="Also log to OUT/tb.")]
 
 
 @app.command()

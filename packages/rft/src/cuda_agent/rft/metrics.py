@@ -36,7 +36,7 @@ class MetricsLogger:
                 except json.JSONDecodeError:
                     continue
             self.path.write_text("".join(k + "\n" for k in keep))
-        self._fh = open(self.path, "a", buffering=1)
+        self._fh = open(self.path, "a", buffering=1)  # noqa: SIM115 - closed by close()
         if tb_dir is not None:
             try:
                 from torch.utils.tensorboard import SummaryWriter

@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import msgspec
+
 from cuda_agent.records import Trajectory
 
 # stop reasons that mean the episode was cut short by the context or token budget

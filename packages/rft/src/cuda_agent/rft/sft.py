@@ -29,9 +29,7 @@ def masked_nll(logits: Any, input_ids: Any, loss_mask: Any) -> tuple[Any, int]:
 
 def _plain_head(model: Any) -> bool:
     cfg = model.config
-    return not (
-        getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None)
-    )
+    return not (getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None))
 
 
 def policy_nll(model: Any, batch: dict[str, Any]) -> tuple[Any, int]:

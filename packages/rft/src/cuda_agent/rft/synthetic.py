@@ -65,15 +65,23 @@ def synthetic_trajectory(
     calls: list[ToolCall] = []
     for turn in range(turns):
         if turn % 3 == 0:
-            name, args = "Write", {"path": f"kernels/k{turn}.cu", "content": _KERNEL.format(i=turn, k=k)}
+            name, args = (
+                "Write",
+                {"path": f"kernels/k{turn}.cu", "content": _KERNEL.format(i=turn, k=k)},
+            )
             result = "wrote " + args["path"]
         elif turn % 3 == 1:
             name, args = "Bash", {"command": "bash utils/compile.sh && python3 utils/verify.py"}
-            lines = [f"[{i:03d}] nvcc -O3 -arch=sm_90 kernels/k{turn}.cu ok" for i in range(tool_output_lines)]
+            lines = [
+                f"[{i:03d}] nvcc -O3 -arch=sm_90 kernels/k{turn}.cu ok"
+                for i in range(tool_output_lines)
+            ]
             result = "\n".join(lines) + "\nverification passed: max_abs_err=0.0"
         else:
             name, args = "Bash", {"command": "python3 utils/profile.py"}
-            lines = [f"trial {i}: {rng.uniform(0.01, 0.05):.4f} ms" for i in range(tool_output_lines)]
+            lines = [
+                f"trial {i}: {rng.uniform(0.01, 0.05):.4f} ms" for i in range(tool_output_lines)
+            ]
             result = "\n".join(lines) + f"\nspeedup vs eager {rng.uniform(0.8, 3):.2f}x"
         thought = rng.choice(
             [

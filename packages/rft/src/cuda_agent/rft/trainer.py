@@ -193,7 +193,9 @@ def _param_groups(model: Any, weight_decay: float) -> list[dict[str, Any]]:
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        (no_decay if p.ndim < 2 or "norm" in name.lower() or name.endswith(".bias") else decay).append(p)
+        (
+            no_decay if p.ndim < 2 or "norm" in name.lower() or name.endswith(".bias") else decay
+        ).append(p)
     return [
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
@@ -219,7 +221,11 @@ def _ds_config(cfg: TrainConfig, dist: Dist, bf16: bool) -> dict[str, Any]:
 
     fill(raw, "train_micro_batch_size_per_gpu", 1)
     fill(raw, "gradient_accumulation_steps", cfg.grad_accum)
-    fill(raw, "train_batch_size", raw["train_micro_batch_size_per_gpu"] * raw["gradient_accumulation_steps"] * dist.world)
+    fill(
+        raw,
+        "train_batch_size",
+        raw["train_micro_batch_size_per_gpu"] * raw["gradient_accumulation_steps"] * dist.world,
+    )
     fill(raw, "gradient_clipping", cfg.max_grad_norm)
     raw.setdefault("bf16", {})
     fill(raw["bf16"], "enabled", bf16)
@@ -228,7 +234,7 @@ def _ds_config(cfg: TrainConfig, dist: Dist, bf16: bool) -> dict[str, Any]:
     if raw["gradient_accumulation_steps"] != cfg.grad_accum:
         raise TrainError(
             f"{cfg.deepspeed}: gradient_accumulation_steps {raw['gradient_accumulation_steps']} "
-            f"disagrees with --grad-accum {cfg.grad_accum}; set it to \"auto\""
+            f'disagrees with --grad-accum {cfg.grad_accum}; set it to "auto"'
         )
     return raw
 
@@ -460,9 +466,7 @@ def train(
             gn = engine.get_global_grad_norm()
             grad_norm = float(gn) if gn is not None else float("nan")
         else:
-            grad_norm = float(
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            )
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm))
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
@@ -500,7 +504,9 @@ def train(
             save(step + 1)
         if stopping and step + 1 < total_steps:
             if dist.main:
-                log(f"train: stopped after {done_here} steps (--stop-after); continue with --resume")
+                log(
+                    f"train: stopped after {done_here} steps (--stop-after); continue with --resume"
+                )
             metrics_log.close()
             return {**last, "stopped": True, "step": step + 1}
     if start_step < total_steps:
