@@ -31,8 +31,9 @@ CATEGORIES = (
     "indexing",
     "loss",
     "distance",
+    "recurrent",
 )
-HEAVY = ("gemm", "conv", "attention")
+HEAVY = ("gemm", "conv", "attention", "recurrent")
 
 
 @dataclass(frozen=True)
@@ -534,6 +535,26 @@ def _tel(b: Builder) -> None:
         f"nn.TransformerEncoderLayer({e}, {h}, dim_feedforward=2 * {e}, dropout=0.0, batch_first=True)",
     )
     b.emit(f"x = self.{a}(x)")
+
+
+# ============================================================================ recurrent
+
+
+def _rnn(cls: str):
+    def build(b: Builder) -> dict[int, str]:
+        if b.shape[-1].value > 2048:
+            raise NotApplicable("input size too large for a recurrent layer")
+        i = _last_dim_name(b, "input_size")
+        h = b.const("hidden_size", b.pick("embed"))
+        a = b.attr(cls.lower(), f"nn.{cls}({i}, {h}, batch_first=True)")
+        b.emit(f"x, _ = self.{a}(x)")
+        return {2: h}
+
+    return build
+
+
+for _cls in ("LSTM", "GRU", "RNN"):
+    seed(_cls, f"nn.{_cls}", "recurrent", ranks=(3,), family="seq")(_rnn(_cls))
 
 
 # ============================================================================ norms

@@ -5,6 +5,7 @@ Every command writes Task records as JSONL on stdout (or ``-o FILE``); messages 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -418,6 +419,170 @@ def dedup(
         if rej is not None:
             rej.close()
         log(dd.summary())
+
+
+@app.command("import-ops6k")
+def import_ops6k(
+    path: Annotated[
+        Path, typer.Argument(help="CUDA-Agent-Ops-6K parquet (ops, data_source, code).")
+    ],
+    output: OutputOpt = None,
+    sample: Annotated[
+        int | None, typer.Option("--sample", help="Only a random sample of N rows.")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of --sample.")] = 0,
+    kernelbench: Annotated[
+        list[Path] | None,
+        typer.Option("--kernelbench", help="Also flag rows similar to this KernelBench tree."),
+    ] = None,
+    ref_threshold: Annotated[float, typer.Option("--ref-threshold")] = 0.8,
+    report: Annotated[
+        Path | None, typer.Option("--report", help="Write the findings as JSON here.")
+    ] = None,
+) -> None:
+    """Read the released Ops-6K parquet into Task records (source "ops6k") and report its
+    problems: op-count distribution, randomness in forward, op labels the code does not use,
+    contract breaks, LLM resize notes, within-set duplicates, rows similar to KernelBench.
+
+    Example: opsynth import-ops6k ops6k.parquet --kernelbench ~/KernelBench --report ops6k.json > ops6k.jsonl
+    """
+    import random as _random
+
+    import msgspec
+
+    from cuda_agent.records.jsonl import RecordWriter
+
+    from .dedup import DedupConfig, Deduplicator, reference_sources
+    from .ops6k import import_parquet
+
+    if not path.exists():
+        raise fail(f"import-ops6k: {path} does not exist")
+    try:
+        tasks = list(import_parquet(path))
+    except (ValueError, OSError) as e:
+        raise fail(f"import-ops6k: {e}") from None
+    n_all = len(tasks)
+    if sample is not None and sample < n_all:
+        tasks = _random.Random(seed).sample(tasks, sample)
+    dd = Deduplicator(DedupConfig(ref_threshold=ref_threshold))
+    for ref in kernelbench or []:
+        for key, name, src in reference_sources(ref):
+            dd.add_reference(key, name, src)
+    issues: dict[str, int] = {}
+    kinds: dict[str, int] = {}
+    examples: dict[str, list[int]] = {}
+    lengths: dict[int, int] = {}
+    sources: dict[str, int] = {}
+    with RecordWriter(output) as w:
+        for t in tasks:
+            meta = dict(t.meta)
+            iss = dict(meta["issues"])
+            try:
+                reason, info = dd.check(t.id, t.name, t.ref_code)
+                if reason in ("ref_signature", "ref_similar"):
+                    iss["kernelbench_" + reason[4:]] = info.get("match")
+                elif reason in ("dup_signature", "near_duplicate"):
+                    iss[reason] = info.get("match_key")
+            except SyntaxError:
+                pass
+            meta["issues"] = iss
+            w.write(msgspec.structs.replace(t, meta=meta))
+            lengths[meta["n_ops"]] = lengths.get(meta["n_ops"], 0) + 1
+            ds = str(meta.get("data_source"))
+            sources[ds] = sources.get(ds, 0) + 1
+            for k in iss:
+                issues[k] = issues.get(k, 0) + 1
+                examples.setdefault(k, [])
+                if len(examples[k]) < 5:
+                    examples[k].append(meta["row"])
+            for r in iss.get("random_forward", []):
+                kinds[r] = kinds.get(r, 0) + 1
+    n = len(tasks)
+    findings = {
+        "file": str(path),
+        "rows": n_all,
+        "imported": n,
+        "ops_count": dict(sorted(lengths.items())),
+        "data_source": dict(sorted(sources.items(), key=lambda kv: -kv[1])),
+        "issues": issues,
+        "random_forward_kinds": kinds,
+        "example_rows": examples,
+        "kernelbench_references": len(dd.ref.docs),
+    }
+    log(f"import-ops6k: {n} of {n_all} rows imported")
+    log(
+        "  ops per task: "
+        + ", ".join(f"{k}: {v} ({100 * v / n:.1f}%)" for k, v in sorted(lengths.items()))
+    )
+    for k, v in sorted(issues.items(), key=lambda kv: -kv[1]):
+        log(f"  {k}: {v} rows ({100 * v / n:.1f}%), e.g. rows {examples[k]}")
+    if kinds:
+        log("  randomness kinds: " + ", ".join(f"{k} {v}" for k, v in kinds.items()))
+    if report is not None:
+        report.write_text(json.dumps(findings, indent=2))
+
+
+@app.command()
+def export(
+    input: InputArg = None,
+    parquet: Annotated[Path, typer.Option("--parquet", help="Output parquet file.")] = Path(
+        "tasks.parquet"
+    ),
+) -> None:
+    """Write a Task stream in the Ops-6K layout (columns ops, data_source, code).
+
+    Example: opsynth export tasks.jsonl --parquet tasks.parquet
+    """
+    from cuda_agent.records.jsonl import DecodeError, read_records
+    from cuda_agent.records.types import Task
+
+    from .ops6k import export_parquet
+
+    def tasks():
+        for n, rec in read_records(input):
+            if isinstance(rec, DecodeError):
+                raise fail(str(rec))
+            if isinstance(rec, Task):
+                yield rec
+            else:
+                log(f"export: line {n} is not a task; skipped")
+
+    rows = export_parquet(tasks(), parquet)
+    log(f"export: {rows} rows -> {parquet}")
+
+
+@app.command()
+def stats(
+    files: Annotated[list[Path], typer.Argument(help="Task JSONL or Ops-6K parquet files.")],
+    json_out: Annotated[
+        bool, typer.Option("--json", help="JSON instead of a markdown table.")
+    ] = False,
+) -> None:
+    """Compare task sets side by side: ops per task, categories, heavy-op share, vocabulary.
+
+    Prints a markdown table (or JSON) on stdout; this command writes no records.
+
+    Example: opsynth stats tasks.jsonl ops6k.parquet
+    """
+    from cuda_agent.records.jsonl import load_records
+    from cuda_agent.records.types import Task
+
+    from .ops6k import import_parquet
+    from .stats import describe, markdown_compare
+
+    named = {}
+    for f in files:
+        if not f.exists():
+            raise fail(f"stats: {f} does not exist")
+        if f.suffix == ".parquet":
+            ts = list(import_parquet(f))
+        else:
+            ts = [t for t in load_records(f) if isinstance(t, Task)]
+        named[f.name] = describe(ts)
+    if json_out:
+        print(json.dumps(named, indent=2))
+    else:
+        print(markdown_compare(named))
 
 
 def main() -> None:  # pragma: no cover
