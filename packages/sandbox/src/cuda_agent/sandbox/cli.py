@@ -88,6 +88,12 @@ def eval_cmd(
     keep_dirs: Annotated[
         bool, typer.Option("--keep-dirs", help="Keep each evaluation's directory (debugging).")
     ] = False,
+    max_procs: Annotated[
+        int, typer.Option("--max-procs", help="Processes+threads a candidate may have.")
+    ] = 512,
+    cpu_workers: Annotated[
+        int, typer.Option("--cpu-workers", help="cpu backend: candidates verified at once.")
+    ] = 1,
 ) -> None:
     """Evaluate candidates: ``sandbox eval < candidates.jsonl > results.jsonl``.
 
@@ -121,6 +127,7 @@ def eval_cmd(
         compile_jobs=unit_jobs,
         cache_dir=str(cache_dir) if cache_dir else None,
         keep_dirs=keep_dirs,
+        nproc=max_procs,
     )
     done = done_keys(output) if (resume and output is not None) else set()
     if done:
@@ -154,7 +161,9 @@ def eval_cmd(
             yield rec
 
     t0 = time.monotonic()
-    with SandboxPool(cfg, gpus=parse_gpus(gpus), compile_workers=compile_jobs) as pool:
+    with SandboxPool(
+        cfg, gpus=parse_gpus(gpus), compile_workers=compile_jobs, cpu_workers=cpu_workers
+    ) as pool:
         log(
             f"sandbox eval: backend={pool.backend} devices={','.join(pool.devices)} compile workers={compile_jobs}"
         )
@@ -296,3 +305,7 @@ def caps_cmd() -> None:
     from .isolation import caps
 
     print(json.dumps(caps().__dict__, indent=1))
+
+
+if __name__ == "__main__":
+    app()

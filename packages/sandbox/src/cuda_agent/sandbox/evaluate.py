@@ -290,7 +290,15 @@ def _prepare(p: Prepared, slot: int) -> None:
             p.result = _result(p, Status.COMPILE_ERROR, msg)
         return
     # kernelbench: import model_new.py in a GPU-less confined process; its load_inline builds run
-    # into the content-keyed cache, where the verify and timing processes find them.
+    # into the content-keyed cache, where the verify and timing processes find them. A module
+    # that builds no extension (pure Python, Triton) has nothing to compile here.
+    src = c.solution.files.get("model_new.py", "")
+    if not re.search(r"load_inline|cpp_extension|\bload\s*\(", src):
+        p.compile = CompileDetail(
+            ok=True, seconds=0.0, log_tail="no extension to build", cached=True
+        )
+        p.stages["compile"] = time.monotonic() - t
+        return
     kb_cache = _shared_dir(cache / "kb_ext")
     tmp = root / "tmp_compile"
     prepare_writable(tmp, slot, _limits(p.config, 1, p.backend))

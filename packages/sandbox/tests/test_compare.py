@@ -1,0 +1,58 @@
+"""The trusted comparison: two-sided tolerance, relative norm, structure, NaN."""
+
+import math
+
+import torch
+
+from cuda_agent.sandbox.compare import Tolerance, compare
+
+TOL = Tolerance()
+
+
+def test_identical_and_close_pass():
+    r = torch.randn(100, 50)
+    assert compare(r, r.clone(), TOL).passed
+    assert compare(r, r + 1e-3, TOL).passed
+
+
+def test_elementwise_error_fails():
+    r = torch.randn(100)
+    c = r.clone()
+    c[3] += 0.5
+    v = compare(r, c, TOL)
+    assert not v.passed and "outside atol" in v.message
+
+
+def test_all_zero_output_fails_on_small_valued_task():
+    r = torch.randn(1000) * 1e-3  # every element is below atol: allclose alone would pass zeros
+    z = torch.zeros_like(r)
+    assert torch.allclose(z, r, atol=1e-2, rtol=1e-2)
+    v = compare(r, z, TOL)
+    assert not v.passed and "relative error norm" in v.message
+    assert v.rel_norm_err is not None and math.isclose(v.rel_norm_err, 1.0)
+    assert compare(r, r * 1.001, TOL).passed  # an honest answer still passes
+
+
+def test_nan_never_matches_a_number():
+    r = torch.ones(10)
+    c = r.clone()
+    c[0] = float("nan")
+    assert not compare(r, c, TOL).passed
+    r2 = r.clone()
+    r2[0] = float("nan")
+    assert compare(r2, r2.clone(), TOL).passed  # a NaN of the reference must be reproduced
+    assert not compare(r2, r, TOL).passed
+    inf = torch.tensor([float("inf"), 1.0])
+    assert not compare(inf, torch.tensor([float("-inf"), 1.0]), TOL).passed
+
+
+def test_structure_shape_dtype():
+    r = torch.randn(4, 4)
+    assert "shape" in compare(r, r.reshape(16), TOL).message
+    assert "dtype" in compare(r, r.double(), TOL).message
+    assert not compare((r, r), (r,), TOL).passed
+    assert not compare((r, r), r, TOL).passed
+    assert compare((r, [r, 3]), (r.clone(), [r.clone(), 3]), TOL).passed
+    assert not compare((r, 3), (r, 4), TOL).passed
+    assert compare(torch.arange(5), torch.arange(5), TOL).passed
+    assert not compare(torch.arange(5), torch.arange(5) + 1, TOL).passed

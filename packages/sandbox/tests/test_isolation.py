@@ -1,0 +1,113 @@
+"""The confinement of one process: deadline, process tree, output cap, network, file system."""
+
+import socket
+import sys
+import time
+
+from cuda_agent.sandbox.isolation import Limits, cap_text, caps, run_confined
+
+PY = sys.executable
+
+
+def _run(code: str, tmp_path, **kw):
+    lim = Limits(**{"timeout_s": 20.0, **kw})
+    return run_confined(
+        [PY, "-c", code],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin"},
+        limits=lim,
+        writable=[tmp_path],
+    )
+
+
+def test_exit_code_and_output(tmp_path):
+    out = _run("import sys; print('hi'); sys.stderr.write('err'); sys.exit(3)", tmp_path)
+    assert out.returncode == 3 and out.stdout.strip() == "hi" and out.stderr == "err"
+
+
+def test_deadline_kills_the_whole_tree(tmp_path):
+    code = (
+        "import os, subprocess, time\n"
+        "p = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+        f"open('{tmp_path}/child', 'w').write(str(p.pid))\n"
+        "time.sleep(300)\n"
+    )
+    t0 = time.monotonic()
+    out = _run(code, tmp_path, timeout_s=3.0)
+    assert out.timed_out and out.killed_for == "timeout"
+    assert time.monotonic() - t0 < 30
+    pid = int((tmp_path / "child").read_text())
+    time.sleep(0.5)
+    assert not _alive_host_pid(pid, caps())
+
+
+def _alive_host_pid(pid: int, c) -> bool:
+    # inside a pid namespace the child's pid is not a host pid; then only check nothing named sleep 300 of ours remains
+    import psutil
+
+    for p in psutil.process_iter(["cmdline"]):
+        if p.info["cmdline"] == ["sleep", "300"]:
+            return True
+    return False
+
+
+def test_output_is_capped_head_and_tail(tmp_path):
+    out = _run("print('A' * 100000 + 'END')", tmp_path, output_cap=1000)
+    assert out.stdout.startswith("A") and out.stdout.rstrip().endswith("END")
+    assert "bytes cut" in out.stdout and len(out.stdout) < 1200
+    assert "cut" in cap_text("x" * 5000, 100)
+
+
+def test_no_network_and_read_only_fs(tmp_path):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    srv.settimeout(0.5)
+    port = srv.getsockname()[1]
+    outside = tmp_path.parent / f"outside-{port}"
+    code = (
+        "import socket\n"
+        f"try:\n  socket.create_connection(('127.0.0.1', {port}), timeout=2); print('NET')\n"
+        "except OSError as e: print('nonet')\n"
+        f"try:\n  open('{outside}', 'w').write('x'); print('WROTE')\n"
+        "except OSError: print('ro')\n"
+        f"open('{tmp_path}/inside', 'w').write('x'); print('inside')\n"
+    )
+    out = _run(code, tmp_path)
+    c = caps()
+    if c.network_ns:
+        assert "nonet" in out.stdout and "NET" not in out.stdout
+        try:
+            srv.accept()
+            raise AssertionError("the confined process reached the test's server")
+        except TimeoutError:
+            pass
+        assert out.isolation["network"].startswith("namespace")
+        assert "ro" in out.stdout.split() and not outside.exists()
+    else:
+        assert "NOT isolated" in out.isolation["network"]
+    assert "inside" in out.stdout and (tmp_path / "inside").exists()
+
+
+def test_process_limit(tmp_path):
+    code = (
+        "import os, time\n"
+        "n = 0\n"
+        "try:\n"
+        "  for _ in range(200):\n"
+        "    if os.fork() == 0:\n"
+        "      time.sleep(30); os._exit(0)\n"
+        "    n += 1\n"
+        "except OSError: pass\n"
+        "print(n)\n"
+    )
+    out = _run(code, tmp_path, nproc=20)
+    c = caps()
+    if c.cgroup_base or c.drop_user:
+        assert out.returncode == 0 and int(out.stdout.strip()) < 20, out
+
+
+def test_memory_watchdog(tmp_path):
+    code = "x = []\nwhile True:\n  x.append(bytearray(64 << 20))\n"
+    out = _run(code, tmp_path, rss_mb=300, address_space_mb=None)
+    assert out.killed_for == "memory" or out.returncode != 0
