@@ -557,6 +557,14 @@ def stats(
     json_out: Annotated[
         bool, typer.Option("--json", help="JSON instead of a markdown table.")
     ] = False,
+    rejected: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--rejected",
+            help="Rejected-task files of a filter/dedup run: also report pass rate and reasons "
+            "(kept tasks = the first FILE).",
+        ),
+    ] = None,
 ) -> None:
     """Compare task sets side by side: ops per task, categories, heavy-op share, vocabulary.
 
@@ -579,10 +587,22 @@ def stats(
         else:
             ts = [t for t in load_records(f) if isinstance(t, Task)]
         named[f.name] = describe(ts)
+    report = None
+    if rejected:
+        from .stats import filter_report
+
+        rej = [t for f in rejected for t in load_records(f) if isinstance(t, Task)]
+        kept = [t for t in load_records(files[0]) if isinstance(t, Task)]
+        report = filter_report(kept, rej)
     if json_out:
-        print(json.dumps(named, indent=2))
-    else:
-        print(markdown_compare(named))
+        print(json.dumps({"sets": named, "filter": report}, indent=2))
+        return
+    print(markdown_compare(named))
+    if report is not None:
+        print(f"\npassed {report['passed']}/{report['tasks']} ({100 * report['pass_rate']:.1f}%)")
+        for r, n in report["reasons"].items():
+            print(f"- {r}: {n}")
+        print("eager time: " + ", ".join(f"{k}: {v}" for k, v in report["eager_ms_hist"].items()))
 
 
 def main() -> None:  # pragma: no cover

@@ -100,6 +100,7 @@ class TaskFilter:
             compile_backend=self.cfg.compile_backend,
             mode=self.cfg.mode,
             time_budget_s=self.cfg.time_budget_s,
+            slow_ms=self.cfg.window[1],
         )
         res = self.iso.run(source, pc.to_dict(), self.cfg.timeout_s, self.cfg.mem_gb)
         self.probe_seconds += float(res.get("seconds") or 0.0)

@@ -94,7 +94,8 @@ HP_NAME = re.compile(
     re.I,
 )
 SHAPE_KW = re.compile(
-    r"(channels|features|shape|embed_dim|hidden|size$|^num_features|^in_|^out_|vocab)", re.I
+    r"(channels|features|shape|embed_dim|hidden|(?<!kernel_)(?<!pool_)(?<!window_)size$|^num_features|^in_|^out_|vocab)",
+    re.I,
 )
 
 
@@ -181,10 +182,54 @@ def _literal(node: ast.AST, consts: dict[str, Any], name_hint: str | None = None
     return None
 
 
-def _hparams(call: ast.Call, consts: dict[str, Any], skip_first: bool) -> list[str]:
+_PARAMS: dict[str, list[str] | None] = {}
+_TORCH_HEADS = {"torch", "nn", "F"}
+
+
+def _param_names(qualname: str, imports: dict[str, str]) -> list[str] | None:
+    """Parameter names of a torch class/function (``nn.Conv2d`` -> in_channels, ...), cached."""
+    head, _, rest = qualname.partition(".")
+    full = imports.get(head, head) + (f".{rest}" if rest else "")
+    if not full.startswith("torch"):
+        return None
+    if full in _PARAMS:
+        return _PARAMS[full]
+    names: list[str] | None = None
+    try:
+        import importlib
+        import inspect
+
+        parts = full.split(".")
+        obj: Any = importlib.import_module(parts[0])
+        for part in parts[1:]:
+            obj = getattr(obj, part)
+        fn = obj.__init__ if inspect.isclass(obj) else obj
+        names = [p for p in inspect.signature(fn).parameters if p not in ("self", "args", "kwargs")]
+    except (ImportError, AttributeError, TypeError, ValueError):
+        names = None
+    _PARAMS[full] = names
+    return names
+
+
+def _hparams(
+    call: ast.Call, consts: dict[str, Any], skip_first: bool, names: list[str] | None = None
+) -> list[str]:
+    """Non-shape hyper-parameters of a call as ``name=value`` strings.
+
+    With ``names`` (the callee's parameter names) positional arguments are named by position;
+    without them a positional argument counts when it looks like a hyper-parameter.
+    """
     out = []
-    args = call.args[1:] if skip_first else call.args
-    for a in args:
+    start = 1 if skip_first else 0
+    for i, a in enumerate(call.args[start:], start=start):
+        if names is not None and i < len(names):
+            pname = names[i]
+            if SHAPE_KW.search(pname) or pname in ("input", "self"):
+                continue
+            v = _value(a, consts)
+            if v is not None:
+                out.append(f"{pname}={v}")
+            continue
         v = _literal(a, consts)
         if v is not None:
             hint = a.id if isinstance(a, ast.Name) else ""
@@ -192,12 +237,29 @@ def _hparams(call: ast.Call, consts: dict[str, Any], skip_first: bool) -> list[s
     for kw in call.keywords:
         if kw.arg is None or SHAPE_KW.search(kw.arg):
             continue
-        if not HP_NAME.search(kw.arg) and kw.arg not in ("bias", "affine", "inplace"):
+        if names is None and not HP_NAME.search(kw.arg) and kw.arg not in ("bias", "affine"):
             continue
-        v = _literal(kw.value, consts, name_hint=kw.arg)
+        v = _value(kw.value, consts)
         if v is not None:
             out.append(f"{kw.arg}={v}")
     return out
+
+
+def _value(node: ast.AST, consts: dict[str, Any]) -> Any:
+    """A literal, a module constant's value, or the name of an unresolved variable."""
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
+        pass
+    if isinstance(node, ast.Name):
+        return consts.get(node.id, node.id)
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    ):
+        return consts.get(node.attr, f"self.{node.attr}")
+    return None
 
 
 class _OpVisitor(ast.NodeVisitor):
@@ -229,7 +291,9 @@ class _OpVisitor(ast.NodeVisitor):
         if isinstance(f, ast.Call):  # nn.Hardtanh(min_val=-1.0)(x): module built in forward
             inner = _qualname(f.func)
             if inner and canon(inner.split(".")[-1]) not in LAYOUT:
-                self.ops.append((canon(inner.split(".")[-1]), _hparams(f, self.consts, False)))
+                names = _param_names(inner, self.imports)
+                hp = _hparams(f, self.consts, False, names)
+                self.ops.append((canon(inner.split(".")[-1]), hp))
             return
         qn = _qualname(f)
         if qn is None:
@@ -247,7 +311,9 @@ class _OpVisitor(ast.NodeVisitor):
             if canon(leaf) in LAYOUT or leaf in LAYOUT:
                 return
             is_method = isinstance(f, ast.Attribute) and head not in self.imports
-            self.ops.append((canon(leaf), _hparams(node, self.consts, skip_first=not is_method)))
+            names = None if is_method else _param_names(qn, self.imports)
+            hp = _hparams(node, self.consts, skip_first=not is_method, names=names)
+            self.ops.append((canon(leaf), hp))
 
 
 def _init_attrs(init: ast.FunctionDef | None, imports, consts) -> dict[str, tuple[str, list[str]]]:
@@ -263,7 +329,9 @@ def _init_attrs(init: ast.FunctionDef | None, imports, consts) -> dict[str, tupl
                     leaf = fq.split(".")[-1]
                     if leaf in ("Parameter", "register_buffer"):
                         continue
-                    attrs[qn.split(".", 1)[1]] = (leaf, _hparams(node.value, consts, False))
+                    names = _param_names(fq, imports) if fq else None
+                    hp = _hparams(node.value, consts, False, names)
+                    attrs[qn.split(".", 1)[1]] = (leaf, hp)
     return attrs
 
 
@@ -329,6 +397,12 @@ class _Canon(ast.NodeTransformer):
         if node.arg != "self":
             node.arg = self.locals.setdefault(node.arg, f"v{len(self.locals)}")
         node.annotation = None
+        return node
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:  # noqa: N802
+        if isinstance(node.func, ast.Name) and node.func.id == "super":
+            node.args = []  # super(Model, self) == super()
+        self.generic_visit(node)
         return node
 
     def visit_Constant(self, node: ast.Constant) -> ast.AST:  # noqa: N802

@@ -27,12 +27,18 @@ class ProbeConfig:
     determinism_atol: float = 1e-5  # "same output twice" tolerance (GPU atomics reorder sums)
     time: bool = True
     time_budget_s: float = 2.0
+    slow_ms: float | None = None  # first forward slower than 2x this: skip the timing protocol
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+_OOM = ("can't allocate memory", "not enough memory", "out of memory", "MemoryError")
+
+
 def _fail(reason: str, detail: str, **kw: Any) -> dict[str, Any]:
+    if reason in ("eager_error", "load_error", "compile_error") and any(m in detail for m in _OOM):
+        reason = "out_of_memory"
     return {"ok": False, "reason": reason, "detail": detail[:2000], **kw}
 
 
@@ -132,7 +138,10 @@ def _run(source: str, cfg: ProbeConfig) -> dict[str, Any]:
 
     # (a) eager runs; outputs sane
     try:
+        t_first = time.perf_counter()
         out1 = _forward(model, inputs)
+        _sync(cfg.device)
+        first_ms = (time.perf_counter() - t_first) * 1e3
     except Exception as e:  # noqa: BLE001
         return _fail("eager_error", _err(e), checks=passed)
     passed.append("eager")
@@ -185,7 +194,10 @@ def _run(source: str, cfg: ProbeConfig) -> dict[str, Any]:
         passed.append("compile")
 
     eager_ms = None
-    if cfg.time:
+    if cfg.time and cfg.slow_ms is not None and first_ms > 2 * cfg.slow_ms:
+        eager_ms = first_ms  # far too slow already: one (warm) forward is evidence enough
+        passed.append("timed_once")
+    elif cfg.time:
         eager_ms = time_eager(model, inputs, cfg.device, cfg.time_budget_s)
         passed.append("timed")
     return {

@@ -117,3 +117,32 @@ def markdown_compare(named: dict[str, dict[str, Any]]) -> str:
             lambda d, c=c: pct(d["categories"], sum(d["categories"].values())).get(c, "0.0%"),
         )
     return "\n".join(lines)
+
+
+RUNTIME_BUCKETS_MS = (0.1, 1.0, 10.0, 100.0, 1000.0)
+
+
+def filter_report(kept: list[Task], rejected: list[Task]) -> dict[str, Any]:
+    """Pass rate, rejection reasons (in check order) and eager runtime histogram of a filter run."""
+    reasons = Counter(str(t.meta.get("rejected", {}).get("reason")) for t in rejected)
+    times = [
+        float(t.meta["filter"]["eager_ms"])
+        for t in kept
+        if t.meta.get("filter", {}).get("eager_ms")
+    ]
+    hist: Counter[str] = Counter()
+    for ms in times:
+        edges = [b for b in RUNTIME_BUCKETS_MS if ms >= b]
+        lo = edges[-1] if edges else 0.0
+        hist[f">= {lo:g} ms" if edges else f"< {RUNTIME_BUCKETS_MS[0]:g} ms"] += 1
+    total = len(kept) + len(rejected)
+    times.sort()
+    return {
+        "tasks": total,
+        "passed": len(kept),
+        "pass_rate": len(kept) / total if total else 0.0,
+        "reasons": dict(reasons.most_common()),
+        "rescaled": sum(bool(t.meta.get("filter", {}).get("rescaled")) for t in kept),
+        "eager_ms_median": times[len(times) // 2] if times else None,
+        "eager_ms_hist": dict(hist),
+    }
