@@ -175,10 +175,9 @@ def time_program(
     """
     import torch
 
-    from .program import Program
     from .timing import paired
 
-    ref = Program.from_source(ref_source, name="kb_reference")
+    ref = load_reference(ref_source)
     fns: dict[str, Any] = {}
     model = ref.make_model(device=device, seed=seed)
     pool = make_input_pool(ref, device, seed=seed + 1000, max_sets=max_sets)
@@ -197,6 +196,23 @@ def time_program(
     return paired(fns, pool, device=device, config=config)
 
 
+def unique_name(prefix: str, source: str) -> str:
+    """A module name unique to ``source``.
+
+    torch.compile keys its automatic-dynamic-shape state by (filename, first line, function name);
+    two programs loaded under the same name would share it, and the second would be compiled with
+    dynamic shapes (slower kernels). The name (and so the filename) carries the source's hash.
+    """
+    return f"{prefix}_{content_id(source, length=12)}"
+
+
+def load_reference(source: str):
+    """The reference ``Model`` program of ``source`` under a per-source module name."""
+    from .program import Program
+
+    return Program.from_source(source, name=unique_name("kb_reference", source))
+
+
 def load_solution(source: str, cls_name: str = "ModelNew"):
     """A solution module as a :class:`Program` whose class is ``ModelNew`` (needs no get_inputs)."""
     from .program import Program, ProgramError, check_contract, load_module
@@ -204,7 +220,7 @@ def load_solution(source: str, cls_name: str = "ModelNew"):
     missing = check_contract(source, (cls_name,))
     if missing:
         raise ProgramError(f"missing {cls_name}")
-    mod = load_module(source, "kb_solution")
+    mod = load_module(source, unique_name("kb_solution", source))
     return Program(module=mod, model_cls=getattr(mod, cls_name))
 
 

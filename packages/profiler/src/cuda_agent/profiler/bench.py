@@ -118,8 +118,7 @@ def _cfg(a: argparse.Namespace):
 def cmd_spread(a: argparse.Namespace) -> int:
     import torch
 
-    from .baseline import make_input_pool
-    from .program import Program
+    from .baseline import load_reference, make_input_pool
     from .sol import count_work
     from .timing import measure
 
@@ -131,7 +130,7 @@ def cmd_spread(a: argparse.Namespace) -> int:
             src = shrink_source(p.read_text(), a.shrink)
             rec: dict[str, Any] = {"problem": _name(p), "proc": a.proc, "device": a.device}
             try:
-                prog = Program.from_source(src, name="kb_reference")
+                prog = load_reference(src)
                 model = prog.make_model(device=a.device, seed=0)
                 pool = make_input_pool(prog, a.device, seed=1000, max_sets=a.sets)
                 st = measure(model, pool, device=a.device, config=cfg)
@@ -201,7 +200,7 @@ def cmd_precompile(a: argparse.Namespace) -> int:
     """Compile and run once each problem of shard i/n (fills inductor's on-disk caches)."""
     import torch
 
-    from .program import Program
+    from .baseline import load_reference
 
     i, n = (int(x) for x in a.shard.split("/"))
     for k, p in enumerate(_problems(a.dir, a.only)):
@@ -209,7 +208,7 @@ def cmd_precompile(a: argparse.Namespace) -> int:
             continue
         t0 = time.monotonic()
         try:
-            prog = Program.from_source(shrink_source(p.read_text(), a.shrink), name="kb_pre")
+            prog = load_reference(shrink_source(p.read_text(), a.shrink))
             model = prog.make_model(device=a.device)
             x = prog.make_inputs(device=a.device, seed=1)
             c = torch.compile(model, mode=None if a.mode == "default" else a.mode)
@@ -228,8 +227,7 @@ def cmd_precompile(a: argparse.Namespace) -> int:
 
 
 def cmd_exploits(a: argparse.Namespace) -> int:
-    from .baseline import load_solution, time_program
-    from .program import Program
+    from .baseline import load_reference, load_solution, time_program
 
     ref_src = shrink_source((a.dir / "ref_matmul.py").read_text(), a.shrink)
     cfg = _cfg(a)
@@ -251,7 +249,7 @@ def cmd_exploits(a: argparse.Namespace) -> int:
                 rec["flags_new"] = res.stats["new"].flags
                 rec["flags"] = res.flags
                 if cuda:
-                    ref = Program.from_source(ref_src, name="kb_reference")
+                    ref = load_reference(ref_src)
                     new = load_solution(p.read_text())
                     m_ref = ref.make_model(device=a.device)
                     m_new = new.make_model(device=a.device, init_inputs=[])

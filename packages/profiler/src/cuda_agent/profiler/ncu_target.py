@@ -22,11 +22,10 @@ def main(argv: list[str] | None = None) -> int:
     import msgspec
     import torch
 
-    from .baseline import load_solution
+    from .baseline import load_reference, load_solution
     from .ncu import KernelSummary, ProfileReport
-    from .program import Program
 
-    ref = Program.from_source(a.ref.read_text(), name="kb_reference")
+    ref = load_reference(a.ref.read_text())
     if a.new is not None:
         prog = load_solution(a.new.read_text())
         model = prog.make_model(device=a.device, init_inputs=ref.init_inputs())

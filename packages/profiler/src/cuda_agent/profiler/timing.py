@@ -433,6 +433,47 @@ def paired(
             changed = _jitter_inputs(inputs, cfg.jitter, gen)
         return slot, inputs, changed
 
+    old_threads = torch.get_num_threads()
+    if not is_cuda and cfg.cpu_threads:
+        torch.set_num_threads(cfg.cpu_threads)
+    try:
+        return _run(
+            fns,
+            names,
+            get_set,
+            n_slots,
+            is_cuda,
+            timer,
+            gen,
+            cfg,
+            call_for,
+            calls,
+            next_inputs,
+            flags,
+            t_start,
+        )
+    finally:
+        if not is_cuda and cfg.cpu_threads:
+            torch.set_num_threads(old_threads)
+
+
+def _run(
+    fns,
+    names,
+    get_set,
+    n_slots,
+    is_cuda,
+    timer,
+    gen,
+    cfg,
+    call_for,
+    calls,
+    next_inputs,
+    flags,
+    t_start,
+):
+    import torch
+
     with torch.no_grad():
         timer.calibrate()
         # ---- warm-up (time-based; every function, interleaved)
@@ -500,7 +541,8 @@ def paired(
         stop_reason = ""
         while True:
             slot, inputs, changed = next_inputs()
-            order = names[rnd % len(names) :] + names[: rnd % len(names)]
+            k = len(rounds_clock) % len(names)
+            order = names[k:] + names[:k]
             round_s: dict[str, _Sample] = {}
             for name in order:
                 out, s = timer.time_call(call_for(name, slot, inputs))

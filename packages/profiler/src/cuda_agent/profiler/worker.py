@@ -23,9 +23,8 @@ def _emit(d: dict[str, Any]) -> None:
 def _baseline(req: dict[str, Any]) -> int:
     import torch
 
-    from .baseline import device_name, make_input_pool
+    from .baseline import device_name, load_reference, make_input_pool
     from .config import TimingConfig
-    from .program import Program
     from .timing import measure, paired
 
     device = req.get("device", "cuda")
@@ -38,7 +37,7 @@ def _baseline(req: dict[str, Any]) -> int:
             "torch_version": str(torch.__version__),
         }
     )
-    ref = Program.from_source(req["ref_code"], name="kb_reference")
+    ref = load_reference(req["ref_code"])
     model = ref.make_model(device=device, seed=seed)
     pool = make_input_pool(ref, device, seed=seed + 1000)
     eager = measure(model, pool, device=device, config=cfg)
