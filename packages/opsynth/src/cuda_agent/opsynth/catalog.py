@@ -50,6 +50,7 @@ class Seed:
     first_only: bool = False  # needs a special input (token ids)
     origin: str = "torch"  # "torch" or "transformers" (written in plain PyTorch)
     stochastic_hint: bool = False  # expected to consume RNG (the crawl probes it anyway)
+    not_last: bool = False  # a degenerate (saturated / binary) output when it ends a chain
 
     @property
     def heavy(self) -> bool:
@@ -98,6 +99,14 @@ def _last_dim_name(b: Builder, base: str) -> str:
 def _chan_name(b: Builder, base: str = "channels") -> str:
     d = b.shape[1]
     return d.name if d.name else b.const(base, d.value)
+
+
+def _dim_of_size(b: Builder, dims: list[int], n: int = 2) -> int:
+    """One of ``dims`` whose size is >= n (softmax over a size-1 dim is constant)."""
+    ok = [d for d in dims if b.shape[d].value >= n]
+    if not ok:
+        raise NotApplicable(f"no dim of size >= {n} among {dims}")
+    return b.choice(ok)
 
 
 def _divisors(n: int, choices: list[int]) -> list[int]:
@@ -184,18 +193,18 @@ def _glu(b: Builder) -> dict[int, str] | None:
 
 @seed("Softmax", "torch.softmax", "activation")
 def _softmax(b: Builder) -> None:
-    dim = b.choice([1, -1])
+    dim = _dim_of_size(b, [1, -1])
     b.emit(f"x = torch.softmax(x, dim={dim})")
 
 
 @seed("LogSoftmax", "F.log_softmax", "activation")
 def _log_softmax(b: Builder) -> None:
-    b.emit(f"x = F.log_softmax(x, dim={b.choice([1, -1])})")
+    b.emit(f"x = F.log_softmax(x, dim={_dim_of_size(b, [1, -1])})")
 
 
 @seed("Softmin", "F.softmin", "activation")
 def _softmin(b: Builder) -> None:
-    b.emit("x = F.softmin(x, dim=-1)")
+    b.emit(f"x = F.softmin(x, dim={_dim_of_size(b, [-1])})")
 
 
 # ============================================================================ transformers-style
@@ -295,7 +304,7 @@ simple("Cos", "torch.cos", "elementwise", "torch.cos(x)")
 simple("Erf", "torch.erf", "elementwise", "torch.erf(x)")
 simple("Reciprocal", "torch.reciprocal", "elementwise", "torch.reciprocal(torch.abs(x) + 1.0)")
 simple("Square", "torch.square", "elementwise", "torch.square(x)")
-simple("Sign", "torch.sign", "elementwise", "torch.sign(x)")
+simple("Sign", "torch.sign", "elementwise", "torch.sign(x)", not_last=True)
 simple("Round", "torch.round", "elementwise", "torch.round(x * 4.0) / 4.0")
 simple("Where", "torch.where", "elementwise", "torch.where(x > 0, x, 0.1 * x)")
 
@@ -580,12 +589,14 @@ def _bn3(b: Builder) -> None:
 
 @seed("LayerNorm", "nn.LayerNorm", "norm", ranks=(2, 3, 4))
 def _ln(b: Builder) -> None:
+    _dim_of_size(b, [-1])
     a = b.attr("layer_norm", f"nn.LayerNorm({_last_dim_name(b, 'normalized_shape')})")
     b.emit(f"x = self.{a}(x)")
 
 
 @seed("RMSNorm", "nn.RMSNorm", "norm", ranks=(2, 3, 4))
 def _rms(b: Builder) -> None:
+    _dim_of_size(b, [-1])
     a = b.attr("rms_norm", f"nn.RMSNorm({_last_dim_name(b, 'normalized_shape')})")
     b.emit(f"x = self.{a}(x)")
 
@@ -620,7 +631,7 @@ def _lrn(b: Builder) -> None:
 
 @seed("L2Normalize", "F.normalize", "norm")
 def _l2(b: Builder) -> None:
-    b.emit(f"x = F.normalize(x, p=2.0, dim={b.choice([1, -1])})")
+    b.emit(f"x = F.normalize(x, p=2.0, dim={_dim_of_size(b, [1, -1])})")
 
 
 # ============================================================================ pooling
@@ -841,10 +852,28 @@ def _embedding(b: Builder) -> dict[int, str]:
 # ============================================================================ losses (terminal)
 
 
+def per_sample(call: str) -> str:
+    """``F.mse_loss(x, t)`` -> ``F.mse_loss(x, t, reduction="none")``.
+
+    A batch-mean loss is one scalar that barely moves when the inputs change (a constant passes
+    a 1e-2 tolerance), so composed losses are per sample; see the README.
+    """
+    if 'reduction="batchmean"' in call:
+        return call.replace('reduction="batchmean"', 'reduction="none"')
+    return call[:-1] + ', reduction="none")'
+
+
+def _per_sample_mean(b: Builder) -> None:
+    b.update_shape()
+    if b.rank >= 2:
+        b.emit("x = x.reshape(x.shape[0], -1).mean(dim=1)")
+
+
 def _loss(expr: str, target: str = "torch.randn({shape})", ranks=None, **kw):
     def build(b: Builder) -> None:
         t = b.extra_input("target", target.format(shape=b.shape_expr(), tup=_tup(b), **_dims(b)))
-        b.emit("x = " + expr.format(t=t))
+        b.emit("x = " + per_sample(expr.format(t=t)))
+        _per_sample_mean(b)
 
     return build
 
@@ -935,14 +964,14 @@ for _n, _op, _e, _t, _r in [
 def _triplet(b: Builder) -> None:
     p = b.extra_input("positive", f"torch.randn({b.shape_expr()})")
     n = b.extra_input("negative", f"torch.randn({b.shape_expr()})")
-    b.emit(f"x = F.triplet_margin_loss(x, {p}, {n}, margin=1.0)")
+    b.emit(f'x = F.triplet_margin_loss(x, {p}, {n}, margin=1.0, reduction="none")')
 
 
 @seed("CosineEmbeddingLoss", "F.cosine_embedding_loss", "loss", ranks=(2,), terminal=True)
 def _cos_emb(b: Builder) -> None:
     y = b.extra_input("other", f"torch.randn({b.shape_expr()})")
     t = b.extra_input("target", f"torch.randint(0, 2, ({b.shape[0].expr},)).float() * 2 - 1")
-    b.emit(f"x = F.cosine_embedding_loss(x, {y}, {t})")
+    b.emit(f'x = F.cosine_embedding_loss(x, {y}, {t}, reduction="none")')
 
 
 # ============================================================================ distances

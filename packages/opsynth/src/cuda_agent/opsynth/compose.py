@@ -150,6 +150,8 @@ def compose_one(rng: random.Random, cfg: ComposeConfig) -> tuple[Builder, list[S
             s = rng.choice(group)
             if s in chosen or (s.terminal and not last) or (s.first_only and pos > 0):
                 continue
+            if s.not_last and last:
+                continue
             try:
                 b = try_add(b, s, first=(pos == 0))
             except NotApplicable:

@@ -52,6 +52,17 @@ def _limit_memory(mem_gb: float | None) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
+def _die_with_parent() -> None:
+    """Linux: get SIGKILL when the parent process dies (no orphaned tasks or zygotes)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _handle(req: dict[str, Any]) -> dict[str, Any]:
     from .probe import ProbeConfig, run_probe
 
@@ -91,6 +102,7 @@ def _fork_one(req: dict[str, Any]) -> dict[str, Any]:
         try:
             os.close(r)
             os.setpgid(0, 0)
+            _die_with_parent()
             fd = os.open(log_path, os.O_WRONLY)
             os.dup2(fd, 1)
             os.dup2(fd, 2)
@@ -153,6 +165,7 @@ def _fork_one(req: dict[str, Any]) -> dict[str, Any]:
 
 def _serve() -> int:
     """Zygote main loop: import torch and the probe once, then fork per request."""
+    _die_with_parent()
     import torch  # noqa: F401 - imported once, shared copy-on-write by every child
 
     from cuda_agent.profiler import program  # noqa: F401
