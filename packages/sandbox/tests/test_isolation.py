@@ -45,10 +45,7 @@ def _alive_host_pid(pid: int, c) -> bool:
     # inside a pid namespace the child's pid is not a host pid; then only check nothing named sleep 300 of ours remains
     import psutil
 
-    for p in psutil.process_iter(["cmdline"]):
-        if p.info["cmdline"] == ["sleep", "300"]:
-            return True
-    return False
+    return any(p.info["cmdline"] == ["sleep", "300"] for p in psutil.process_iter(["cmdline"]))
 
 
 def test_output_is_capped_head_and_tail(tmp_path):

@@ -94,6 +94,12 @@ def eval_cmd(
     cpu_workers: Annotated[
         int, typer.Option("--cpu-workers", help="cpu backend: candidates verified at once.")
     ] = 1,
+    timing_config: Annotated[
+        str | None,
+        typer.Option(
+            "--timing-config", help='Profiler TimingConfig fields as JSON, e.g. {"time_cap_s": 3}.'
+        ),
+    ] = None,
 ) -> None:
     """Evaluate candidates: ``sandbox eval < candidates.jsonl > results.jsonl``.
 
@@ -128,6 +134,7 @@ def eval_cmd(
         cache_dir=str(cache_dir) if cache_dir else None,
         keep_dirs=keep_dirs,
         nproc=max_procs,
+        timing_config=_json_opt(timing_config),
     )
     done = done_keys(output) if (resume and output is not None) else set()
     if done:
@@ -287,6 +294,20 @@ def exec_cmd(
         if (out.returncode or 0) >= 0
         else 128 + (out.signal or 9)
     )
+
+
+def _json_opt(text: str | None) -> dict | None:
+    import json
+
+    if not text:
+        return None
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise typer.BadParameter(f"--timing-config is not JSON: {e}") from None
+    if not isinstance(d, dict):
+        raise typer.BadParameter("--timing-config must be a JSON object")
+    return d
 
 
 def _tmp_dirs() -> list[Path]:

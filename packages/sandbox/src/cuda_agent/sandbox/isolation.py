@@ -190,9 +190,13 @@ def caps() -> Caps:
     drop, drop_why = False, "not root"
     if root:
         probe_uid = UID_BASE + 999
+        env = {
+            k: os.environ[k] for k in ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH") if k in os.environ
+        }
+        code = "import torch, msgspec, cuda_agent.sandbox.runner, cuda_agent.profiler.program"
         rc, err = _probe(
-            {"uid": probe_uid, "require": ["user"]},
-            [sys.executable, "-I", "-c", "import torch, msgspec"],
+            {"uid": probe_uid, "require": ["user"], "env": env, "cwd": "/"},
+            [sys.executable, "-c", code],
         )
         drop = rc == 0
         drop_why = (

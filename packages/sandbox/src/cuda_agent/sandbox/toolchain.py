@@ -51,23 +51,31 @@ def cxx() -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def nvcc() -> str | None:
-    """Path of nvcc: $CUDA_HOME/bin/nvcc, PATH, /usr/local/cuda/bin/nvcc."""
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    cands = [Path(home) / "bin" / "nvcc"] if home else []
+def cuda_home() -> str | None:
+    """The CUDA toolkit root: $CUDA_HOME/$CUDA_PATH, nvcc's parent, /usr/local/cuda — the first
+    that has include/cuda_runtime.h and bin/nvcc."""
+    cands = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
     w = shutil.which("nvcc")
     if w:
-        cands.append(Path(w))
-    cands.append(Path("/usr/local/cuda/bin/nvcc"))
+        cands.append(str(Path(w).resolve().parent.parent))
+    cands += ["/usr/local/cuda"]
     for c in cands:
-        if c.exists():
-            return str(c.resolve())
+        if (
+            c
+            and (Path(c) / "include" / "cuda_runtime.h").exists()
+            and (Path(c) / "bin" / "nvcc").exists()
+        ):
+            return str(Path(c).resolve())
     return None
 
 
-def cuda_home() -> str | None:
-    n = nvcc()
-    return str(Path(n).parent.parent) if n else None
+@functools.lru_cache(maxsize=1)
+def nvcc() -> str | None:
+    """Path of nvcc in :func:`cuda_home` (else on PATH)."""
+    h = cuda_home()
+    if h:
+        return str(Path(h) / "bin" / "nvcc")
+    return shutil.which("nvcc")
 
 
 def cuda_include_dirs() -> list[str]:

@@ -1,0 +1,41 @@
+"""The library API: evaluate() and SandboxPool on the cpu backend; guards wired in."""
+
+from cuda_agent.records import Status
+from cuda_agent.sandbox import SandboxConfig, SandboxPool, evaluate
+
+from .conftest import kb_candidate, workdir_candidate
+
+WRONG = 'extern "C" int kernel_run(float* out, const float* x, const float* w, const float* b, long rows, long cols) {\n  for (long i = 0; i < rows * cols; ++i) out[i] = x[i] * w[i % cols];\n  return 0;\n}\n'
+
+
+def test_incorrect_kernel_is_caught(warm_build, cache_dir, scale_add_task, scale_add_files):
+    cfg = SandboxConfig(
+        backend="cpu", cache_dir=str(cache_dir), pch=False, timing=False, guard_policy="off"
+    )
+    r = evaluate(
+        workdir_candidate(scale_add_task, scale_add_files, **{"kernels/ops.cpp": WRONG}), cfg
+    )
+    assert r.status == Status.INCORRECT, r.message
+    assert r.correctness is not None and not r.correctness.passed
+    assert len(r.correctness.trials) >= 5 and not r.correctness.trials[0].passed
+    assert r.compile is not None and r.compile.ok
+    assert r.meta["isolation"]["network"]
+
+
+def test_pool_keeps_order_and_static_guard_rejects(cache_dir, scale_add_task):
+    # a ModelNew that computes with torch operators: the strict static guard rejects it before
+    # anything runs, so this stays fast
+    torch_ops = (
+        "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+        "    def __init__(self, cols):\n        super().__init__()\n"
+        "        self.w = nn.Parameter(torch.empty(cols))\n        self.b = nn.Parameter(torch.empty(cols))\n"
+        "    def forward(self, x):\n        return torch.addcmul(self.b, x, self.w)\n"
+    )
+    cands = [kb_candidate(scale_add_task, torch_ops + f"\n# {i}\n") for i in range(3)]
+    cfg = SandboxConfig(backend="cpu", cache_dir=str(cache_dir), guard_policy="strict")
+    with SandboxPool(cfg, compile_workers=2) as pool:
+        results = list(pool.map(cands))
+    assert [r.solution_id for r in results] == [c.solution.id for c in cands]
+    for r in results:
+        assert r.status == Status.GUARD_VIOLATION, (r.status, r.message)
+        assert any(g.severity == "reject" for g in r.guards)
