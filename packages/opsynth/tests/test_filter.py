@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -94,26 +95,21 @@ def test_bad_task_dropped_with_reason(tf, reason):
     assert v.task.id == BAD[reason].id
 
 
-def test_window_and_rescale():
+def test_window_and_rescale(tf):
     src = GOOD.ref_code
     new, old, n = rescale_source(src, 8.0)
     assert (old, n) == (4, 32) and "batch_size = 32" in new
     assert rescale_source(src.replace("batch_size = 4", "bs = 4"), 8.0) is None
-    f = TaskFilter(FilterConfig(window_ms=(1e5, 1e6), compile=False, rescale=False, timeout_s=30))
+    saved = tf.cfg
     try:
-        v = f.check(GOOD)
+        tf.cfg = dataclasses.replace(saved, window_ms=(1e5, 1e6), rescale=False)
+        v = tf.check(GOOD)
+        assert v.reason == "too_fast" and "outside" in v.detail
+        # a ~0.05 ms task; a window starting far above it forces rescaling (recorded in meta)
+        tf.cfg = dataclasses.replace(saved, window_ms=(0.5, 1e9), rescale=True)
+        v = tf.check(GOOD)
     finally:
-        f.close()
-    assert v.reason == "too_fast" and "outside" in v.detail
-
-
-def test_rescale_moves_batch_size_into_window():
-    # a ~0.05 ms task; a window starting far above it forces rescaling (recorded in meta)
-    f = TaskFilter(FilterConfig(window_ms=(0.5, 1e9), compile=False, rescale=True, timeout_s=60))
-    try:
-        v = f.check(GOOD)
-    finally:
-        f.close()
+        tf.cfg = saved
     resc = (v.task.meta.get("filter") or v.task.meta.get("rejected"))["rescaled"]
     assert resc[0]["batch_size"][0] == 4 and resc[0]["batch_size"][1] > 4
     if v.passed:
