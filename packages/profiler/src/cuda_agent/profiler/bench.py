@@ -390,6 +390,11 @@ def _markdown(summary, rows, expl, ceil, ds) -> str:
             f"| copy GB/s (read+write) | {ceil.copy_gbps:.0f} | {_f(cg, '.0f')} | "
             f"{_f(ceil.copy_gbps / cg if cg else None, '.2f')} |"
         )
+        if ceil.read_gbps:
+            L.append(
+                f"| read GB/s (sum) | {ceil.read_gbps:.0f} | {_f(cg, '.0f')} | "
+                f"{_f(ceil.read_gbps / cg if cg else None, '.2f')} |"
+            )
         for k, v in ceil.matmul_tflops.items():
             d = dsv.get(k)
             L.append(

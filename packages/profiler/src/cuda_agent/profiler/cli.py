@@ -312,6 +312,7 @@ def ceilings_cmd(
     ds = datasheet_for(c.device) or {}
     log(f"{c.device} (torch {c.torch_version})")
     log(f"  copy    {c.copy_gbps:8.0f} GB/s   datasheet {ds.get('copy_gbps', float('nan')):.0f}")
+    log(f"  read    {c.read_gbps:8.0f} GB/s")
     for k, v in c.matmul_tflops.items():
         log(f"  {k:6s} {v:8.1f} TFLOP/s datasheet {ds.get(k, float('nan')):.1f} (dense)")
     _out(c)

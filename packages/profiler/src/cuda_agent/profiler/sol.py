@@ -4,7 +4,8 @@ device's measured ceilings.
 - FLOPs: ``torch.utils.flop_counter.FlopCounterMode`` over one forward of the reference (matmul,
   conv, attention; elementwise work is not counted, so elementwise programs are memory bound).
 - Minimum bytes: every input, parameter and buffer read once, every output written once.
-- Ceilings: a large device-to-device copy (bytes read + written per second) and square matmuls in
+- Ceilings: a large device-to-device copy (bytes read + written per second), a large sum
+  (bytes read per second) and square matmuls in
   fp32, tf32, bf16 and fp16, measured with the timing protocol and cached per device and torch.
 - Bound: ``max(flops / rate, bytes / bandwidth)``. The rate is the fastest tensor-core rate a
   candidate could legitimately use for the inputs' dtype (tf32 for fp32 programs, whose usual
@@ -40,8 +41,9 @@ class Ceilings(msgspec.Struct, kw_only=True):
     device: str
     torch_version: str
     protocol_version: str
-    copy_gbps: float
+    copy_gbps: float  # the memory bound uses max(copy_gbps, read_gbps)
     matmul_tflops: dict[str, float]
+    read_gbps: float = 0.0  # a large sum reduction: bytes read per second
     copy_bytes: int = 0
     matmul_n: int = 0
     measured_at: str = ""
@@ -75,7 +77,8 @@ def measure_ceilings(
 
     if quick:
         copy_bytes, matmul_n = min(copy_bytes, 256 << 20), min(matmul_n, 2048)
-    cfg = TimingConfig(time_cap_s=3.0, warmup_ms=100.0, fresh_values=False, trace_check=False)
+    # clocks ramp up from idle: warm up for half a second before each ceiling
+    cfg = TimingConfig(time_cap_s=3.0, warmup_ms=500.0, fresh_values=False, trace_check=False)
     t0 = time.monotonic()
     dev = torch.device(device)
     n = copy_bytes // 4
@@ -83,6 +86,8 @@ def measure_ceilings(
     dst = torch.empty_like(src)
     st = measure(lambda a, b: b.copy_(a), [[src, dst]], device=device, config=cfg)
     copy_gbps = 2 * n * 4 / (st.median_ms * 1e-3) / 1e9
+    st = measure(torch.sum, [[src]], device=device, config=cfg)
+    read_gbps = n * 4 / (st.median_ms * 1e-3) / 1e9
     del src, dst
     rates: dict[str, float] = {}
     old_tf32 = torch.backends.cuda.matmul.allow_tf32
@@ -106,6 +111,7 @@ def measure_ceilings(
         torch_version=str(torch.__version__),
         protocol_version=PROTOCOL_VERSION,
         copy_gbps=copy_gbps,
+        read_gbps=read_gbps,
         matmul_tflops=rates,
         copy_bytes=copy_bytes,
         matmul_n=matmul_n,
@@ -226,7 +232,8 @@ def estimate(work: Work, ceilings: Ceilings) -> SolEstimate:
     """Lower-bound time of ``work`` under ``ceilings``."""
     rate = ceilings.rate_for(work.dtype_class)
     compute_ms = work.flops / (rate * 1e12) * 1e3 if rate > 0 else 0.0
-    memory_ms = work.bytes / (ceilings.copy_gbps * 1e9) * 1e3 if ceilings.copy_gbps > 0 else 0.0
+    bw = max(ceilings.copy_gbps, ceilings.read_gbps)
+    memory_ms = work.bytes / (bw * 1e9) * 1e3 if bw > 0 else 0.0
     return SolEstimate(
         work=work,
         compute_ms=compute_ms,
@@ -234,5 +241,5 @@ def estimate(work: Work, ceilings: Ceilings) -> SolEstimate:
         bound_ms=max(compute_ms, memory_ms),
         bound_by="compute" if compute_ms >= memory_ms else "memory",
         rate_tflops=rate,
-        copy_gbps=ceilings.copy_gbps,
+        copy_gbps=bw,
     )

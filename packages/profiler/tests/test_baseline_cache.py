@@ -1,0 +1,98 @@
+"""Baselines in a fresh subprocess with a timeout, and their cache (real worker processes)."""
+
+import time
+
+from cuda_agent.profiler import PROTOCOL_VERSION, quick_config
+from cuda_agent.profiler.baseline import (
+    BaselineCache,
+    baseline_for_task,
+    cache_root,
+    device_name,
+    task_hash,
+    torch_version,
+)
+from cuda_agent.records import Baseline, TimingStats
+
+CFG = quick_config(time_cap_s=0.3, warmup_ms=5.0)
+
+
+def test_cache_round_trip_and_key(tmp_path):
+    c = BaselineCache(tmp_path)
+    k = BaselineCache.key("t", "gpu", "2.11", "default", "cuda")
+    assert c.get(k) is None
+    b = Baseline(
+        device="gpu",
+        torch_version="2.11",
+        protocol_version=PROTOCOL_VERSION,
+        eager=TimingStats(median_ms=1.0, n=10),
+    )
+    c.put(k, b)
+    assert c.get(k) == b
+    others = [
+        BaselineCache.key("t2", "gpu", "2.11", "default", "cuda"),
+        BaselineCache.key("t", "gpu2", "2.11", "default", "cuda"),
+        BaselineCache.key("t", "gpu", "2.12", "default", "cuda"),
+        BaselineCache.key("t", "gpu", "2.11", "max-autotune", "cuda"),
+        BaselineCache.key("t", "gpu", "2.11", "default", "cpu"),
+        BaselineCache.key("t", "gpu", "2.11", "default", "cuda", protocol="ca-timing-0"),
+    ]
+    assert len({k, *others}) == 7
+    c.path(k).write_text("{not json")
+    assert c.get(k) is None  # a corrupt entry is a miss
+
+
+def test_cache_root_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUDA_AGENT_CACHE", str(tmp_path))
+    assert cache_root() == tmp_path
+    assert BaselineCache().dir == tmp_path / "baselines"
+
+
+def test_baseline_subprocess_then_cache(tiny_src, tmp_path):
+    cache = BaselineCache(tmp_path)
+    b = baseline_for_task(
+        tiny_src, device="cpu", compile_mode=None, timeout_s=120, config=CFG, cache=cache
+    )
+    assert b.error is None, b.error
+    assert b.eager is not None and b.eager.median_ms > 0 and b.compile is None
+    assert b.protocol_version == PROTOCOL_VERSION and b.backend == "cpu"
+    key = BaselineCache.key(task_hash(tiny_src), device_name("cpu"), torch_version(), "none", "cpu")
+    assert cache.get(key) == b
+    t0 = time.monotonic()
+    again = baseline_for_task(tiny_src, device="cpu", compile_mode=None, config=CFG, cache=cache)
+    assert again == b and time.monotonic() - t0 < 1.0  # served from the cache
+
+
+def test_baseline_timeout_kills_worker_and_is_not_cached(tmp_path):
+    src = (
+        "import time, torch\nimport torch.nn as nn\n"
+        "class Model(nn.Module):\n    def forward(self, x):\n        return x\n"
+        "def get_inputs():\n    time.sleep(60)\n    return [torch.ones(1)]\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    cache = BaselineCache(tmp_path)
+    t0 = time.monotonic()
+    b = baseline_for_task(
+        src, device="cpu", compile_mode=None, timeout_s=4, config=CFG, cache=cache
+    )
+    assert time.monotonic() - t0 < 30
+    assert b.error and b.error.startswith("timeout") and b.eager is None
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_baseline_crash_is_reported(tmp_path):
+    src = (
+        "import torch\nimport torch.nn as nn\n"
+        "class Model(nn.Module):\n    def forward(self, x):\n        raise RuntimeError('boom')\n"
+        "def get_inputs():\n    return [torch.ones(4)]\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    b = baseline_for_task(
+        src,
+        device="cpu",
+        compile_mode=None,
+        timeout_s=120,
+        config=CFG,
+        cache=BaselineCache(tmp_path),
+    )
+    assert b.error and "boom" in b.error and b.eager is None
+    assert not list(tmp_path.glob("*.json"))

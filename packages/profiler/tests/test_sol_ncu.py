@@ -1,0 +1,79 @@
+"""Speed-of-light counts on the fixtures, and ncu CSV summaries (real ncu output from an H200)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from cuda_agent.profiler.ncu import parse_ncu_csv, summary_text
+from cuda_agent.profiler.program import check_contract
+from cuda_agent.profiler.sol import Ceilings, count_work, datasheet_for, estimate
+
+DATA = Path(__file__).parent / "data"
+CEIL = Ceilings(
+    device="test",
+    torch_version="",
+    protocol_version="",
+    copy_gbps=4000.0,
+    matmul_tflops={"fp32": 50.0, "tf32": 400.0, "bf16": 750.0, "fp16": 750.0},
+)
+
+
+def test_fixtures_follow_the_kernelbench_contract(fixtures_dir):
+    files = sorted(fixtures_dir.glob("level*/*.py"))
+    assert len(files) >= 20
+    for p in files:
+        src = p.read_text()
+        assert re.match(r"\d+_\w+\.py$", p.name)
+        assert check_contract(src) == [], p
+        assert re.search(r"(?m)^\w+ = \d+$", src), f"{p} has no module-level size constant"
+
+
+def test_count_work_on_meta(fixtures_dir):
+    mm = count_work((fixtures_dir / "level1/13_Square_matmul.py").read_text())
+    assert mm.flops == 2 * 8192**3 and mm.counted_on == "meta"
+    assert mm.bytes == 3 * 8192 * 8192 * 4 and mm.dtype_class == "fp32"
+    relu = count_work((fixtures_dir / "level1/1_ReLU.py").read_text())
+    assert relu.flops == 0 and relu.bytes == 2 * 16384 * 32768 * 4
+    bf = count_work((fixtures_dir / "level1/17_Matmul_bf16.py").read_text())
+    assert bf.dtype_class == "bf16"
+    ln = count_work((fixtures_dir / "level1/10_LayerNorm.py").read_text())
+    assert ln.param_bytes == 2 * 16384 * 4
+
+
+def test_estimate_bounds_and_fraction(fixtures_dir):
+    mm = estimate(count_work((fixtures_dir / "level1/13_Square_matmul.py").read_text()), CEIL)
+    assert mm.bound_by == "compute" and mm.rate_tflops == 400.0  # fp32 programs may use tf32
+    assert mm.bound_ms == pytest.approx(2 * 8192**3 / 400e12 * 1e3)
+    relu = estimate(count_work((fixtures_dir / "level1/1_ReLU.py").read_text()), CEIL)
+    assert relu.bound_by == "memory"
+    assert relu.fraction(relu.bound_ms * 2) == pytest.approx(0.5)
+    assert relu.impossible(relu.bound_ms * 0.5) and not relu.impossible(relu.bound_ms * 1.01)
+    assert datasheet_for("NVIDIA H200")["copy_gbps"] == 4800.0
+    assert datasheet_for("Some GPU") is None
+
+
+def test_parse_real_ncu_csv_gemm():
+    rep = parse_ncu_csv((DATA / "ncu_gemm_raw.csv").read_text(), program="gemm")
+    assert len(rep.kernels) == 1
+    k = rep.kernels[0]
+    assert "gemm" in k.name
+    assert k.duration_us == pytest.approx(21435.04, rel=1e-3)
+    assert k.registers == 254 and k.block_size == 256 and k.grid_size == 2048
+    assert k.smem_per_block_bytes == 67584
+    assert 0 < k.occupancy_pct <= 100 and 0 < k.sm_pct <= 100 and 0 <= k.dram_pct <= 100
+    assert k.stalls and all(n not in ("selected", "not_selected") for n, _ in k.stalls)
+    text = summary_text(rep)
+    assert "regs 254" in text and "stalls" in text
+
+
+def test_parse_real_ncu_csv_elementwise():
+    rep = parse_ncu_csv((DATA / "ncu_relu_raw.csv").read_text(), program="relu")
+    k = rep.kernels[0]
+    assert "elementwise" in k.name and k.dram_pct > 50  # memory bound
+    assert k.stalls[0][0] == "long_scoreboard"
+
+
+def test_parse_rejects_non_csv():
+    with pytest.raises(ValueError):
+        parse_ncu_csv("==ERROR== something went wrong\n")

@@ -1,0 +1,122 @@
+"""The timing protocol on the CPU backend (perf_counter): same API and flags as on CUDA."""
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from cuda_agent.profiler import PROTOCOL_VERSION, TimingConfig, measure, paired, quick_config
+from cuda_agent.profiler.baseline import time_program
+from cuda_agent.profiler.timing import output_fingerprint
+
+EXPL = Path(__file__).resolve().parents[3] / "tests" / "fixtures" / "KernelBench" / "exploits"
+CFG = quick_config(time_cap_s=0.6, cpu_flush_bytes=1 << 20)
+
+
+def _sleeper(ms: float):
+    def fn(x):
+        time.sleep(ms / 1e3)
+        return x * 2
+
+    return fn
+
+
+def _sets(k=2, n=64):
+    return [[torch.randn(n, n)] for _ in range(k)]
+
+
+def test_protocol_version_and_config_round_trip():
+    assert PROTOCOL_VERSION.startswith("ca-timing-")
+    c = TimingConfig(time_cap_s=3.0)
+    assert TimingConfig.from_dict({**c.to_dict(), "unknown_future_knob": 1}) == c
+    with pytest.raises(TypeError):
+        c.with_(no_such_field=1)
+
+
+def test_measure_sleep_is_timed_at_its_cost():
+    s = measure(_sleeper(3.0), _sets(), device="cpu", config=CFG)
+    assert 2.9 <= s.median_ms < 30.0
+    assert s.n >= 3 and s.ci95_low_ms <= s.median_ms <= s.ci95_high_ms
+
+
+def test_paired_orders_and_ratio():
+    res = paired({"slow": _sleeper(6.0), "fast": _sleeper(1.5)}, _sets(), device="cpu", config=CFG)
+    assert len(res.samples["slow"]) == len(res.samples["fast"]) == res.stats["fast"].n
+    r = res.speedup("slow", "fast")
+    lo, hi = res.speedup_ci("slow", "fast")
+    assert 1.8 < r < 5.0
+    assert lo <= r <= hi
+    assert res.protocol_version == PROTOCOL_VERSION
+
+
+def test_adaptive_stop_converges_before_the_cap_for_a_steady_program():
+    cfg = quick_config(time_cap_s=5.0, target_rse=0.05, min_samples=10)
+    t0 = time.monotonic()
+    res = paired({"s": _sleeper(2.0)}, _sets(), device="cpu", config=cfg)
+    assert res.stop_reason == "converged"
+    assert time.monotonic() - t0 < 5.0
+    assert res.stats["s"].n >= 10
+
+
+def test_inputs_get_fresh_values_and_keep_zero_pattern():
+    x = torch.randn(32, 32)
+    x[:, :4] = 0.0
+    before = x.clone()
+    measure(lambda a: a + 1, [[x]], device="cpu", config=quick_config(time_cap_s=0.2))
+    assert not torch.equal(before, x)  # values refreshed in place
+    assert torch.all(x[:, :4] == 0)  # structure kept
+    assert torch.all(torch.sign(x[:, 4:]) == torch.sign(before[:, 4:]))
+
+
+def test_output_fingerprint_sees_changes():
+    a = torch.ones(4, 4)
+    assert output_fingerprint(a) == output_fingerprint(a.clone())
+    assert output_fingerprint(a) != output_fingerprint(a * 1.001)
+    assert output_fingerprint(torch.arange(3)) is None  # integer outputs are not fingerprinted
+
+
+def test_background_thread_is_joined_and_flagged():
+    def deferred(x):
+        def work():
+            time.sleep(0.004)
+
+        threading.Thread(target=work).start()
+        return x
+
+    res = paired({"ref": _sleeper(2.0), "new": deferred}, _sets(), device="cpu", config=CFG)
+    assert "background_thread" in res.stats["new"].flags
+    assert res.stats["new"].median_ms >= 3.9  # the thread's work is inside the sample
+    assert res.speedup("ref", "new") < 1.0
+
+
+def test_pointer_cache_is_flagged_stale():
+    cache = {}
+
+    def cached(x):
+        k = x.data_ptr()
+        if k not in cache:
+            cache[k] = x @ x
+        return cache[k]
+
+    s = measure(cached, _sets(), device="cpu", config=CFG)
+    assert "stale_output" in s.flags
+    honest = measure(lambda x: x @ x, _sets(), device="cpu", config=CFG)
+    assert "stale_output" not in honest.flags
+
+
+def test_time_program_with_exploit_fixtures_on_cpu():
+    ref = (EXPL / "ref_matmul.py").read_text().replace("N = 4096", "N = 128")
+    res = time_program(
+        ref, device="cpu", new_source=(EXPL / "ptr_cache.py").read_text(), config=CFG
+    )
+    assert set(res.stats) == {"eager", "new"}
+    assert "stale_output" in res.stats["new"].flags
+    assert "stale_output" not in res.stats["eager"].flags
+
+
+def test_cpu_threads_restored():
+    n = torch.get_num_threads()
+    measure(lambda x: x + 1, _sets(), device="cpu", config=quick_config(time_cap_s=0.1))
+    assert torch.get_num_threads() == n
