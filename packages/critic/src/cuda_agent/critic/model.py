@@ -23,13 +23,22 @@ HEAD_FILE = "value_head.safetensors"
 META_FILE = "critic.json"
 
 
+class FP32Linear(nn.Linear):
+    """A linear layer computed in fp32 whatever the dtype of its input or stored weights (under
+    DeepSpeed bf16 the weights are stored in bf16; the fp32 master copy is the optimizer's)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b = self.bias.float() if self.bias is not None else None
+        return torch.nn.functional.linear(x.float(), self.weight.float(), b)
+
+
 class ValueModel(nn.Module):
     """Backbone (e.g. ``LlamaModel``) + ``nn.Linear(hidden, 1)`` computed in fp32."""
 
     def __init__(self, backbone: nn.Module, hidden_size: int, head_init_std: float | None = None):
         super().__init__()
         self.backbone = backbone
-        self.value_head = nn.Linear(hidden_size, 1, dtype=torch.float32)
+        self.value_head = FP32Linear(hidden_size, 1, dtype=torch.float32)
         std = head_init_std if head_init_std is not None else 1.0 / (hidden_size + 1) ** 0.5
         nn.init.normal_(self.value_head.weight, std=std)
         nn.init.zeros_(self.value_head.bias)
@@ -78,9 +87,7 @@ class ValueModel(nn.Module):
         out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
         h = out.last_hidden_state
         with torch.autocast(h.device.type, enabled=False):
-            w = self.value_head.weight.float()
-            b = self.value_head.bias.float()
-            v = torch.nn.functional.linear(h.float(), w, b).squeeze(-1)
+            v = self.value_head(h).squeeze(-1)
         return torch.nn.functional.pad(v[:, :-1], (1, 0))
 
     def save_pretrained(self, out_dir: str | Path, state_dict: dict | None = None) -> None:

@@ -102,6 +102,7 @@ class Dist:
     world: int = 1
     local_rank: int = 0
     deepspeed: bool = False
+    cpu: bool = False
 
     @property
     def main(self) -> bool:
@@ -133,7 +134,10 @@ def _init_dist(cfg: TrainConfig) -> Dist:
         ) from None
     import torch
 
-    if not torch.cuda.is_available():
+    # CUDA_AGENT_DEEPSPEED_CPU=1: DeepSpeed's CPU accelerator over gloo (a smoke test of this
+    # code path on machines without a GPU; slow, fp32 only)
+    on_cpu = os.environ.get("CUDA_AGENT_DEEPSPEED_CPU") == "1"
+    if not torch.cuda.is_available() and not on_cpu:
         raise TrainError("--deepspeed needs CUDA GPUs; drop --deepspeed to train on the CPU")
     for k, v in (
         ("RANK", "0"),
@@ -144,18 +148,19 @@ def _init_dist(cfg: TrainConfig) -> Dist:
         os.environ.setdefault(k, v)
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
     local_rank = int(os.environ["LOCAL_RANK"])
-    torch.cuda.set_device(local_rank)
-    deepspeed.init_distributed(dist_backend="nccl")
+    if not on_cpu:
+        torch.cuda.set_device(local_rank)
+    deepspeed.init_distributed(dist_backend="gloo" if on_cpu else "nccl")
     import torch.distributed as tdist
 
-    return Dist(tdist.get_rank(), tdist.get_world_size(), local_rank, True)
+    return Dist(tdist.get_rank(), tdist.get_world_size(), local_rank, True, on_cpu)
 
 
 def _resolve_device(cfg: TrainConfig, dist: Dist) -> Any:
     import torch
 
     if dist.deepspeed:
-        return torch.device("cuda", dist.local_rank)
+        return torch.device("cpu") if dist.cpu else torch.device("cuda", dist.local_rank)
     if cfg.device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(cfg.device)
