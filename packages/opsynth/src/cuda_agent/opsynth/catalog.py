@@ -994,6 +994,201 @@ def _cdist(b: Builder) -> None:
     b.emit("x = torch.cdist(x, x)")
 
 
+# ============================================================================ more torch seeds
+# elementwise math (domains made legal the way a composed program would)
+for _n, _op, _e in [
+    ("Expm1", "torch.expm1", "torch.expm1(x)"),
+    ("Log1p", "torch.log1p", "torch.log1p(torch.abs(x))"),
+    ("Log2", "torch.log2", "torch.log2(torch.abs(x) + 1.0)"),
+    ("Log10", "torch.log10", "torch.log10(torch.abs(x) + 1.0)"),
+    ("Atan", "torch.atan", "torch.atan(x)"),
+    ("Asinh", "torch.asinh", "torch.asinh(x)"),
+    ("Sinh", "torch.sinh", "torch.sinh(x)"),
+    ("Cosh", "torch.cosh", "torch.cosh(x)"),
+    ("Tan", "torch.tan", "torch.tan(0.5 * torch.tanh(x))"),
+    ("Erfc", "torch.erfc", "torch.erfc(x)"),
+    ("Erfinv", "torch.erfinv", "torch.erfinv(0.9 * torch.tanh(x))"),
+    ("Digamma", "torch.digamma", "torch.digamma(torch.abs(x) + 1.0)"),
+    ("Lgamma", "torch.lgamma", "torch.lgamma(torch.abs(x) + 1.0)"),
+    ("Logit", "torch.logit", "torch.logit(torch.sigmoid(x), eps=1e-6)"),
+    ("Frac", "torch.frac", "torch.frac(x * 3.0)"),
+    ("Trunc", "torch.trunc", "torch.trunc(x * 4.0) / 4.0"),
+    ("Ceil", "torch.ceil", "torch.ceil(x * 4.0) / 4.0"),
+    ("Floor", "torch.floor", "torch.floor(x * 4.0) / 4.0"),
+    ("Fmod", "torch.fmod", "torch.fmod(x, 0.75)"),
+    ("Remainder", "torch.remainder", "torch.remainder(x, 0.75)"),
+    ("Hypot", "torch.hypot", "torch.hypot(x, x.flip(-1))"),
+    ("Atan2", "torch.atan2", "torch.atan2(x, x.flip(-1) + 0.5)"),
+    ("Maximum", "torch.maximum", "torch.maximum(x, x.flip(-1))"),
+    ("Minimum", "torch.minimum", "torch.minimum(x, x.flip(-1))"),
+    ("Xlogy", "torch.xlogy", "torch.xlogy(x, torch.abs(x) + 1.0)"),
+    ("Addcmul", "torch.addcmul", "torch.addcmul(x, x, x.flip(-1), value=0.5)"),
+    ("Lerp", "torch.lerp", "torch.lerp(x, torch.tanh(x), 0.3)"),
+    ("NanToNum", "torch.nan_to_num", "torch.nan_to_num(torch.log(x), nan=0.0, neginf=-10.0)"),
+]:
+    simple(_n, _op, "elementwise", _e)
+
+simple("Softmax2d", "nn.Softmax2d", "activation", "torch.softmax(x, dim=-3)", ranks=(4,))
+
+
+@seed("Diff", "torch.diff", "elementwise")
+def _diff(b: Builder) -> None:
+    _dim_of_size(b, [-1], 3)
+    b.emit("x = torch.diff(x, dim=-1)")
+
+
+# reductions
+for _n, _op, _e in [
+    ("Median", "torch.median", "torch.median(x, dim={dim}).values"),
+    ("Quantile", "torch.quantile", "torch.quantile(x, 0.9, dim={dim})"),
+    ("Aminmax", "torch.aminmax", "torch.aminmax(x, dim={dim}).max"),
+    ("CountNonzero", "torch.count_nonzero", "torch.count_nonzero(x > 0.5, dim={dim}).float()"),
+    ("Mode", "torch.mode", "torch.mode(torch.round(x * 2.0), dim={dim}).values"),
+]:
+    seed(_n, _op, "reduction")(_scan(_e))
+
+# padding and layout-changing indexing
+for _n, _op, _ctor, _r in [
+    ("ZeroPad2d", "nn.ZeroPad2d", "nn.ZeroPad2d(1)", (4,)),
+    ("ReflectionPad2d", "nn.ReflectionPad2d", "nn.ReflectionPad2d(1)", (4,)),
+    ("ReplicationPad2d", "nn.ReplicationPad2d", "nn.ReplicationPad2d(1)", (4,)),
+    ("ReflectionPad1d", "nn.ReflectionPad1d", "nn.ReflectionPad1d(2)", (3,)),
+    ("CircularPad2d", "nn.CircularPad2d", "nn.CircularPad2d(1)", (4,)),
+    ("ConstantPad3d", "nn.ConstantPad3d", "nn.ConstantPad3d(1, 0.5)", (5,)),
+]:
+    module(_n, _op, "indexing", _ctor, ranks=_r)
+
+
+@seed("ChannelShuffle", "nn.ChannelShuffle", "indexing", ranks=(4,))
+def _chshuffle(b: Builder) -> None:
+    if b.shape[1].value % 2 or b.shape[1].value < 4:
+        raise NotApplicable("ChannelShuffle(2) needs an even channel count")
+    a = b.attr("channel_shuffle", "nn.ChannelShuffle(2)")
+    b.emit(f"x = self.{a}(x)")
+
+
+@seed("RepeatInterleave", "torch.repeat_interleave", "indexing")
+def _repeat(b: Builder) -> None:
+    b.emit("x = torch.repeat_interleave(x, 2, dim=-1)")
+
+
+@seed("Diagonal", "torch.diagonal", "indexing", ranks=(3, 4))
+def _diagonal(b: Builder) -> None:
+    b.emit("x = torch.diagonal(x, dim1=-2, dim2=-1)")
+
+
+@seed("Concat", "torch.cat", "indexing")
+def _cat(b: Builder) -> None:
+    b.emit("x = torch.cat([x, torch.relu(x)], dim=1)")
+
+
+# pooling / resampling
+seed("LPPool1d", "nn.LPPool1d", "pooling", ranks=(3,))(_pool("LP", 1))
+
+
+@seed("AdaptiveMaxPool1d", "F.adaptive_max_pool1d", "pooling", ranks=(3,))
+def _amp1(b: Builder) -> None:
+    b.emit(f"x = F.adaptive_max_pool1d(x, {b.choice([1, 4, 8])})")
+
+
+@seed("AdaptiveAvgPool3d", "F.adaptive_avg_pool3d", "pooling", ranks=(5,))
+def _aap3(b: Builder) -> None:
+    b.emit(f"x = F.adaptive_avg_pool3d(x, {b.choice([1, 2])})")
+
+
+@seed("TrilinearInterpolate", "F.interpolate", "resample", ranks=(5,))
+def _tri(b: Builder) -> None:
+    b.emit('x = F.interpolate(x, scale_factor=2.0, mode="trilinear", align_corners=False)')
+
+
+@seed("GridSample", "F.grid_sample", "resample", ranks=(4,))
+def _grid(b: Builder) -> None:
+    theta = b.attr("theta", "nn.Parameter(torch.eye(2, 3) + 0.05 * torch.randn(2, 3))")
+    b.emit(
+        f"grid = F.affine_grid(self.{theta}.expand(x.shape[0], 2, 3), list(x.shape), "
+        "align_corners=False)"
+    )
+    b.emit("x = F.grid_sample(x, grid, align_corners=False)")
+
+
+# gemm variants
+@seed("Baddbmm", "torch.baddbmm", "gemm", ranks=(3,), family="seq")
+def _baddbmm(b: Builder) -> dict[int, str]:
+    k = _last_dim_name(b, "k_dim")
+    n = b.const("n_dim", b.pick("embed"), init=False)
+    y = b.extra_input("y", f"torch.randn({b.shape[0].expr}, {k}, {n})")
+    bias = b.attr("bias", f"nn.Parameter(torch.zeros(1, 1, {n}))")
+    b.emit(f"x = torch.baddbmm(self.{bias}, x, {y}, alpha=0.5)")
+    return {2: n}
+
+
+@seed("Outer", "torch.outer", "gemm", ranks=(2,), family="matrix")
+def _outer(b: Builder) -> None:
+    if b.shape[-1].value > 512:
+        raise NotApplicable("outer product too large")
+    b.emit('x = torch.einsum("bi,bj->bij", x, x).flatten(1)')
+
+
+@seed("Mv", "torch.mv", "gemm", ranks=(2,), family="matrix", terminal=True)
+def _mv(b: Builder) -> None:
+    k = _last_dim_name(b, "in_features")
+    v = b.attr("vec", f"nn.Parameter(torch.randn({k}) / {k} ** 0.5)")
+    b.emit(f"x = torch.mv(x, self.{v})")
+
+
+@seed(
+    "TransformerDecoderLayer", "nn.TransformerDecoderLayer", "attention", ranks=(3,), family="seq"
+)
+def _tdl(b: Builder) -> None:
+    if b.shape[-1].value > 2048:
+        raise NotApplicable("embed dim too large")
+    e = _last_dim_name(b, "embed_dim")
+    h = b.const("num_heads", _heads(b))
+    a = b.attr(
+        "decoder_layer",
+        f"nn.TransformerDecoderLayer({e}, {h}, dim_feedforward=2 * {e}, dropout=0.0, batch_first=True)",
+    )
+    b.emit(f"x = self.{a}(x, x)")
+
+
+@seed("GRUCell", "nn.GRUCell", "recurrent", ranks=(2,), family="matrix")
+def _grucell(b: Builder) -> dict[int, str]:
+    if b.shape[-1].value > 4096:
+        raise NotApplicable("input too large for a GRUCell")
+    i = _last_dim_name(b, "input_size")
+    h = b.const("hidden_size", b.pick("features"))
+    a = b.attr("cell", f"nn.GRUCell({i}, {h})")
+    b.emit(f"x = self.{a}(x)")
+    return {1: h}
+
+
+# losses and distances
+for _n, _op, _e, _t, _r in [
+    (
+        "BCELoss",
+        "F.binary_cross_entropy",
+        "F.binary_cross_entropy(torch.sigmoid(x), {t})",
+        "torch.rand({shape})",
+        None,
+    ),
+    (
+        "MultiMarginLoss",
+        "F.multi_margin_loss",
+        "F.multi_margin_loss(x, {t})",
+        "torch.randint(0, {c}, ({b},))",
+        (2,),
+    ),
+]:
+    seed(_n, _op, "loss", ranks=_r, terminal=True)(_loss(_e, _t))
+
+
+@seed("Pdist", "F.pdist", "distance", ranks=(2,), terminal=True)
+def _pd(b: Builder) -> None:
+    if b.shape[0].value > 512:
+        raise NotApplicable("pdist output grows with batch^2")
+    b.emit("x = F.pdist(x)")
+
+
 def seeds(categories: list[str] | None = None, include_stochastic: bool = True) -> dict[str, Seed]:
     """The catalogue, optionally restricted to ``categories`` and without stochastic seeds."""
     out = {}
