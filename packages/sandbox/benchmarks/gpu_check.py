@@ -142,15 +142,18 @@ def section_b() -> None:
     root = Path(tempfile.mkdtemp(prefix="cbench-"))
     cu2 = WD_FILES["kernels/fused.cu"] + "\n// warm change\n"
     # ours, fresh object cache, without and with the (already built) PCH
-    for label, pch in (("ours_cold_no_pch", False), ("ours_cold_pch_ready", True)):
+    for label, pch in (("ours_cold_no_pch", False), ("ours_cold_pch_ready", True))[
+        int(os.environ.get("B_SKIP_NOPCH", "0")) :
+    ]:
         cache = ObjectCache(root / f"cache_{label}")
-        if pch:  # reuse the PCH the main cache built in section A (one-time cost per machine)
-            from cuda_agent.sandbox.config import SandboxConfig
-            from cuda_agent.sandbox.evaluate import cache_root
+        if pch:  # the precompiled prelude is built once per machine: time it on its own
+            from cuda_agent.sandbox.build import ensure_pch
+            from cuda_agent.sandbox.isolation import Limits
+            from cuda_agent.sandbox.toolchain import flags_for
 
-            src = cache_root(SandboxConfig()) / "build" / "pch"
-            if src.exists():
-                shutil.copytree(src, cache.root / "pch", dirs_exist_ok=True)
+            t = time.monotonic()
+            _, note = ensure_pch(cache, flags_for("cuda"), Limits())
+            b["pch_build_once"] = {"seconds": round(time.monotonic() - t, 2), "note": note}
         c = wd()
         w = materialise(c.task, c.solution, root / f"w_{label}", "cuda")
         r = build_workdir(w, w / "build", backend="cuda", cache=cache, jobs=8, pch=pch)
@@ -189,7 +192,7 @@ def section_b() -> None:
         f"  torch load cold {b['torch_load_cold']['seconds']}s warm {b['torch_load_warm_cu_changed']['seconds']}s"
     )
     save()
-    if left() < 150:
+    if left() < 150 or os.environ.get("B_NO_INLINE"):
         REPORT["B"] = b
         return
     # load_inline: plain (fresh TORCH_EXTENSIONS_DIR) vs ours (content-keyed cache), cold and warm
@@ -233,7 +236,7 @@ def section_c() -> None:
     illegal = head.replace("out[i] = o;", "out[i + (1L << 36)] = o;")
     hang = head.replace(
         "  for (long i = blockIdx.x",
-        "  volatile int spin = 1; while (spin) {}\n  for (long i = blockIdx.x",
+        "  long long t0 = clock64(); while (clock64() - t0 >= 0) {}\n  for (long i = blockIdx.x",
         1,
     )
     oom = (
@@ -248,13 +251,15 @@ def section_c() -> None:
         kb(oom),
         wd(**{"kernels/fused.cu": head + "\n// after faults\n"}),
     ]
+    want = ["runtime_error", "timeout", "runtime_error", "ok"]
+    if os.environ.get("C_ONLY_HANG"):
+        cands, want = [cands[1], cands[3]], ["timeout", "ok"]
     rows = run_eval(
         "C",
         cands,
-        ["--guard-policy", "off", "--verify-timeout", "45", "--no-baselines"],
+        ["--guard-policy", "off", "--verify-timeout", "30", "--no-baselines"],
         left() - 20,
     )
-    want = ["runtime_error", "timeout", "runtime_error", "ok"]
     REPORT["C"] = [dict(brief(r), expected=w) for r, w in zip(rows, want, strict=False)]
     save()
 
@@ -305,12 +310,15 @@ if __name__ == "__main__":
 
     REPORT["caps"] = caps().__dict__
     save()
+    only = os.environ.get("SECTIONS", "A,C,B,D").split(",")
     for name, fn, need in (
         ("A", section_a, 120),
-        ("C", section_c, 100),
-        ("B", section_b, 100),
+        ("C", section_c, 60),
+        ("B", section_b, 60),
         ("D", section_d, 90),
     ):
+        if name not in only:
+            continue
         if left() < need:
             REPORT[f"{name}_skipped"] = f"{left():.0f}s left"
             continue
