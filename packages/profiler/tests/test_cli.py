@@ -99,3 +99,29 @@ def test_sol_flags_impossible_time(tiny_src, tmp_path):
 def test_ceilings_needs_cuda():
     p = _cli("ceilings", "--device", "cpu")
     assert p.returncode == 2
+
+
+def test_time_candidates_jsonl(tiny_src, tmp_path):
+    from cuda_agent.records import Candidate, Solution
+
+    new_src = (
+        "import torch\nimport torch.nn as nn\n"
+        "class ModelNew(nn.Module):\n"
+        "    def __init__(self, scale):\n        super().__init__()\n        self.scale = scale\n"
+        "    def forward(self, x):\n        return torch.relu(x @ x.T) * self.scale\n"
+    )
+    c = Candidate(
+        task=Task.make("tiny", tiny_src),
+        solution=Solution.make("kernelbench", {"model_new.py": new_src}),
+    )
+    wd = Candidate(
+        task=Task.make("tiny", tiny_src),
+        solution=Solution.make("workdir", {"kernel.cu": "// nothing"}),
+    )
+    p = _cli("time", "-", *FAST, "--on-error", "skip", input=(encode(c) + encode(wd)).decode())
+    assert p.returncode == 0, p.stderr
+    (line,) = p.stdout.strip().splitlines()  # the workdir candidate was skipped, with a message
+    d = json.loads(line)
+    assert d["kind"] == "eval_result" and d["meta"]["timing_only"] is True
+    assert d["timing"]["candidate"]["median_ms"] > 0 and d["speedup_vs_eager"] > 0
+    assert "sandbox eval" in p.stderr
