@@ -53,6 +53,15 @@ def test_estimate_bounds_and_fraction(fixtures_dir):
     assert datasheet_for("Some GPU") is None
 
 
+def test_check_time_flags_impossible(fixtures_dir):
+    from cuda_agent.profiler.sol import check_time
+
+    src = (fixtures_dir / "level1/1_ReLU.py").read_text()
+    e, flags = check_time(src, 0.1, CEIL)  # 4.3 GB in 0.1 ms would be 43 TB/s
+    assert flags == ["below_speed_of_light"]
+    assert check_time(src, e.bound_ms * 1.2, CEIL)[1] == []
+
+
 def test_parse_real_ncu_csv_gemm():
     rep = parse_ncu_csv((DATA / "ncu_gemm_raw.csv").read_text(), program="gemm")
     assert len(rep.kernels) == 1

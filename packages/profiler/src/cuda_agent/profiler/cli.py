@@ -129,6 +129,10 @@ def time_cmd(
     warmup_ms: WarmupOpt = 200.0,
     cuda_graph: Annotated[GraphMode, typer.Option("--cuda-graph")] = GraphMode.auto,
     flush: Annotated[bool, typer.Option("--flush/--no-flush", help="Flush L2 per call.")] = True,
+    sol: Annotated[
+        bool,
+        typer.Option("--sol", help="Add the speed-of-light check (CUDA; measures ceilings once)."),
+    ] = False,
     output: OutputOpt = None,
     resume: ResumeOpt = False,
     on_error: OnErrorOpt = "stop",  # type: ignore[assignment]
@@ -155,7 +159,18 @@ def time_cmd(
         config=cfg,
     )
     _table(res)
-    _out(_detail_from(res, list(res.stats)))
+    detail = _detail_from(res, list(res.stats))
+    if sol and device.startswith("cuda"):
+        from .sol import check_time, get_ceilings
+
+        side = "new" if "new" in res.stats else "eager"
+        e, fl = check_time(path.read_text(), res.stats[side].median_ms, get_ceilings(device))
+        log(
+            f"speed-of-light: bound {e.bound_ms:.4f} ms ({e.bound_by}), {side} reaches "
+            f"{100 * e.fraction(res.stats[side].median_ms):.1f}%"
+        )
+        detail.flags = sorted(set(detail.flags) | set(fl))
+    _out(detail)
 
 
 def _time_candidates(path, device, cfg, compile_mode, output, resume, on_error) -> None:

@@ -243,3 +243,15 @@ def estimate(work: Work, ceilings: Ceilings) -> SolEstimate:
         rate_tflops=rate,
         copy_gbps=bw,
     )
+
+
+F_BELOW_SOL = "below_speed_of_light"
+
+
+def check_time(
+    ref_source: str, measured_ms: float, ceilings: Ceilings, slack: float = 0.9
+) -> tuple[SolEstimate, list[str]]:
+    """The bound of ``ref_source`` and ``["below_speed_of_light"]`` when ``measured_ms`` is
+    under ``slack`` x the bound (a time no correct implementation can reach)."""
+    e = estimate(count_work(ref_source), ceilings)
+    return e, [F_BELOW_SOL] if e.impossible(measured_ms, slack) else []
