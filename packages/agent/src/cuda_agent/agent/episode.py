@@ -58,6 +58,9 @@ class EpisodeConfig:
     bash_timeout: float = 300.0
     max_idle_turns: int = 3  # consecutive turns with no tool call before stopping
     evaluate: bool = True
+    include_skill: bool = (
+        True  # SKILL.md in the prompt (False: an ablation, and short test prompts)
+    )
 
 
 @dataclass
@@ -131,10 +134,12 @@ class EpisodeRunner:
         self.token_level = getattr(policy, "token_level", True)
 
     # ------------------------------------------------------------------ setup
-    def _start(self, task: Task, sample: int) -> _Ep:
-        root = self.workdir / f"{task.id}-{sample}"
+    def _start(self, task: Task, sample: int, index: int) -> _Ep:
+        root = self.workdir / f"{index:04d}-{task.id}-{sample}"
         root = self.env.make_workspace(task, root)
         skill = (root / "SKILL.md").read_text() if (root / "SKILL.md").is_file() else ""
+        if not self.cfg.include_skill:
+            skill = "You write fast kernels for PyTorch programs."
         if self.cfg.mode == "single-turn":
             chat = single_turn_prompt(task.name, task.ref_code, skill, self.env.backend)
         else:
@@ -340,7 +345,7 @@ class EpisodeRunner:
     def run(self, jobs: Sequence[tuple[Task, int]]) -> list[Trajectory]:
         """Run the episodes of ``jobs`` ((task, sample index) pairs) in lock-step batches: one
         batched generation per turn for all live episodes. Returns trajectories in job order."""
-        eps = [self._start(t, s) for t, s in jobs]
+        eps = [self._start(t, s, k) for k, (t, s) in enumerate(jobs)]
         live = list(range(len(eps)))
         while live:
             for i in list(live):

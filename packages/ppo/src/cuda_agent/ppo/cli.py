@@ -1,8 +1,89 @@
+"""``ppo``: single-turn warm-up and multi-turn agentic PPO."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
-app = typer.Typer(help="ppo (under construction)", no_args_is_help=True, add_completion=False)
+from cuda_agent.records.cli_helpers import fail
+
+app = typer.Typer(
+    help="""PPO for CUDA kernel agents (the CUDA Agent recipe's RL stages).
+
+Examples:
+
+  ppo train --config configs/tiny-cpu.toml
+
+  ppo train --config configs/h200-smoke.toml --set ppo.steps=5 --set rollout.mode="single-turn"
+
+  ppo train --config configs/paper-8xh100.toml --resume
+
+Metrics: OUT/metrics.jsonl (and TensorBoard in OUT/tb); episodes: OUT/trajectories.jsonl;
+checkpoints: OUT/checkpoint-N/{actor,critic}.
+""",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
 
 
 @app.callback()
 def _main() -> None:
-    """ppo."""
+    """PPO for CUDA kernel agents."""
+
+
+@app.command()
+def train(
+    config: Annotated[Path, typer.Option("--config", help="TOML config (see configs/).")],
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a key: section.key=value (TOML value). Repeatable."),
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue from the latest checkpoint.")
+    ] = False,
+) -> None:
+    """Run PPO steps as configured; metrics and checkpoints go to train.out.
+
+    Example: ppo train --config configs/tiny-cpu.toml --set ppo.steps=2
+    """
+    from .config import ConfigError, load_config
+    from .trainer import PPOError
+    from .trainer import train as run
+
+    try:
+        cfg = load_config(config, set_ or [])
+    except ConfigError as e:
+        raise fail(str(e)) from None
+    try:
+        run(cfg, resume=resume)
+    except (PPOError, FileNotFoundError) as e:
+        raise fail(f"ppo: {e}", 1) from None
+
+
+@app.command("check-config")
+def check_config(
+    config: Annotated[Path, typer.Option("--config", help="TOML config.")],
+    set_: Annotated[list[str] | None, typer.Option("--set", help="section.key=value")] = None,
+) -> None:
+    """Validate a config and print it with every default filled in (JSON on stdout).
+
+    Example: ppo check-config --config configs/paper-8xh100.toml
+    """
+    import json
+
+    import msgspec
+
+    from .config import ConfigError, load_config
+
+    try:
+        cfg = load_config(config, set_ or [])
+    except ConfigError as e:
+        raise fail(str(e)) from None
+    print(json.dumps(msgspec.to_builtins(cfg), indent=2))
+
+
+if __name__ == "__main__":
+    app()

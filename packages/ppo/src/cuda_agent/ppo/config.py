@@ -1,0 +1,131 @@
+"""The ``ppo train`` configuration: a TOML file, validated (unknown keys are errors).
+
+Every key is documented next to its default below; ``configs/*.toml`` hold the presets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+
+class _Cfg(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class ModelCfg(_Cfg):
+    actor: str = "smollm2"  # local HF checkpoint dir, or "smollm2" (the embedded default)
+    critic: str | None = None  # critic dir (from `critic pretrain`); None: fresh head on the actor
+    ref: str | None = None  # reference model for the KL term; None: the initial actor
+    tiny: bool = False  # replace the actor by a tiny random-weight model (smoke tests)
+
+
+class DataCfg(_Cfg):
+    tasks: str = "runs/tasks.jsonl"  # Task records (JSONL)
+    tasks_per_step: int = 4  # tasks sampled per PPO step
+    samples_per_task: int = 2  # episodes per task
+    seed: int = 0  # task order (a fresh permutation per pass over the data)
+
+
+class RolloutCfg(_Cfg):
+    mode: Literal["multi-turn", "single-turn"] = "multi-turn"  # single-turn = the warm-up stage
+    engine: Literal["hf"] = "hf"  # in-process transformers, sharing weights with the trainer
+    max_turns: int = 200  # the paper: up to ~200 turns
+    max_new_tokens: int = 4096  # per turn
+    max_context: int = 131072  # the paper: 128k tokens
+    temperature: float = 1.0
+    top_p: float = 1.0
+    include_skill: bool = True  # SKILL.md in the prompt (False: the no-skill ablation)
+
+
+class SandboxCfg(_Cfg):
+    backend: Literal["auto", "cuda", "cpu"] = "auto"
+    guard_policy: Literal["strict", "kernelbench", "off"] = "strict"
+    timing: bool = True  # time candidates (needed for rewards above 1)
+    compile_baseline: bool | None = None  # None: on for cuda, off for cpu
+
+
+class RewardCfg(_Cfg):
+    scheme: Literal["paper", "speedup", "log-speedup"] = "paper"
+    threshold: float = 0.05  # "faster" means more than 5% faster
+    use_ci: bool = True  # decide on the speed-up CI's lower end when present
+
+
+class PPOCfg(_Cfg):
+    steps: int = 1  # PPO steps (rollout + update)
+    epochs: int = 1  # K: passes over each step's samples
+    minibatches: int = 1  # optimizer steps per epoch (samples split evenly)
+    actor_lr: float = 1e-6
+    critic_lr: float = 1e-5
+    eps_low: float = 0.2  # the paper's asymmetric clip
+    eps_high: float = 0.28
+    dual_clip: float | None = None  # e.g. 3.0; off by default
+    value_clip: float | None = 0.2  # clipped value loss; None: plain squared error
+    tis_cap: float | None = (
+        2.0  # truncated importance sampling between rollout and trainer log-probs
+    )
+    gamma: float = 1.0
+    lam: float = 1.0
+    kl_coef: float = (
+        0.0  # KL to the reference model: off by default, always logged when a ref exists
+    )
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    entropy_coef: float = 0.0  # entropy bonus: off by default, entropy always logged
+    whiten_advantages: bool = True
+    max_grad_norm: float = 1.0
+    critic_warmup_steps: int = 0  # steps that train only the critic
+    use_critic: bool = True  # False: advantages are reward - mean reward of the step (no critic)
+    per_turn_samples: bool = False  # train each turn as its own sample (prefix as context)
+    micro_batch_tokens: int = 16384  # padded tokens per forward pass (memory vs speed)
+
+
+class TrainCfg(_Cfg):
+    out: str = "runs/ppo"
+    device: str = "auto"  # auto | cpu | cuda
+    precision: Literal["auto", "bf16", "fp32"] = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
+    grad_ckpt: bool = False
+    save_every: int = 1  # checkpoint every N steps (and at the end)
+    keep_checkpoints: int = 2
+    seed: int = 0
+    tensorboard: bool = True
+
+
+class PPOConfig(_Cfg):
+    model: ModelCfg = msgspec.field(default_factory=ModelCfg)
+    data: DataCfg = msgspec.field(default_factory=DataCfg)
+    rollout: RolloutCfg = msgspec.field(default_factory=RolloutCfg)
+    sandbox: SandboxCfg = msgspec.field(default_factory=SandboxCfg)
+    reward: RewardCfg = msgspec.field(default_factory=RewardCfg)
+    ppo: PPOCfg = msgspec.field(default_factory=PPOCfg)
+    train: TrainCfg = msgspec.field(default_factory=TrainCfg)
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> PPOConfig:
+    """Read and validate a TOML config; ``overrides`` are ``section.key=value`` (TOML values)."""
+    import tomllib
+
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"{p}: {e}") from None
+    for ov in overrides or []:
+        key, sep, value = ov.partition("=")
+        if not sep or "." not in key:
+            raise ConfigError(f"override {ov!r}: use section.key=value")
+        section, name = key.split(".", 1)
+        try:
+            parsed = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            parsed = value  # a bare string
+        data.setdefault(section, {})[name] = parsed
+    try:
+        return msgspec.convert(data, PPOConfig)
+    except msgspec.ValidationError as e:
+        raise ConfigError(f"{p}: {e}") from None
