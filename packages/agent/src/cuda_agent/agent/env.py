@@ -28,10 +28,13 @@ class SandboxEnv:
         return create_workspace(task, root, backend=self.backend)
 
     def bash(self, root: Path, command: str, timeout: float) -> BashOutput:
-        from cuda_agent.sandbox import exec_command
+        from cuda_agent.sandbox.execute import exec_shell
 
-        out = exec_command(root, command, timeout=timeout, config=self.config)
-        return BashOutput(exit_code=out.exit_code, output=out.output, timed_out=out.timed_out)
+        out = exec_shell(root, command, timeout=timeout)
+        text = out.stdout + (("\n" + out.stderr) if out.stderr else "")
+        if out.killed_for or out.signal:
+            text += f"\n[{out.describe()}]"
+        return BashOutput(exit_code=out.returncode, output=text, timed_out=out.timed_out)
 
     def evaluate(self, candidate: Candidate) -> EvalResult:
         from cuda_agent.sandbox.evaluate import evaluate
