@@ -8,7 +8,8 @@ One loop, two backends:
   started (``deepspeed --num_gpus N`` or ``torchrun``); bf16 parameters with fp32 master weights
   held by the ZeRO optimizer. ``"auto"`` entries of the JSON are filled from the CLI options.
 
-What changes between trainers is a :class:`Objective`: how to build the model, what one unit of
+:class:`Backend` wraps one model with its optimizer on either backend (``ppo`` holds two);
+:func:`train` is the data-set loop on top of it. What changes between trainers is an :class:`Objective`: how to build the model, what one unit of
 normalisation is (a policy token for SFT, a trajectory for value pretraining), and the loss of a
 micro-batch as a *sum* over units. The loop divides by the number of units in the whole
 optimizer step, over all micro-batches and ranks, so the loss is an exact mean over the global
@@ -276,6 +277,131 @@ def _all_reduce(values: list[float], dist: Dist, device: Any) -> list[float]:
     return t.tolist()
 
 
+class Backend:
+    """A model with its optimizer and LR schedule on the torch or the DeepSpeed backend.
+
+    The piece every trainer shares (``ppo`` holds one for the actor and one for the critic).
+    One optimizer step is: for each micro-batch ``with b.autocast(): loss = ...`` then
+    ``b.backward(loss)``, where ``loss`` is already divided by the units of the whole global
+    step; then ``grad_norm = b.step()``. Gradients are sums over ranks, clipped to
+    ``cfg.max_grad_norm``; the LR follows warm-up + cosine over ``total_steps``.
+    """
+
+    def __init__(
+        self, model: Any, cfg: TrainConfig, dist: Dist, device: Any, bf16: bool, total_steps: int
+    ):
+        import torch
+
+        self.cfg, self.dist, self.device, self.bf16 = cfg, dist, device, bf16
+        if cfg.grad_ckpt:
+            enable_checkpointing(model)
+        model.to(device)
+        model.train()
+        self.model = model
+        self.optimizer = torch.optim.AdamW(
+            _param_groups(model, cfg.weight_decay),
+            lr=cfg.lr,
+            betas=cfg.adam_betas,
+            fused=device.type == "cuda",
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, _LRLambda(total_steps, cfg.warmup_steps, cfg.min_lr_ratio)
+        )
+        self.engine = None
+        if dist.deepspeed:
+            import deepspeed
+
+            self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
+                model=model,
+                optimizer=self.optimizer,
+                lr_scheduler=self.scheduler,
+                config=_ds_config(cfg, dist, bf16),
+            )
+        # DeepSpeed keeps bf16 parameters itself; the torch backend autocasts fp32 ones
+        self._autocast = bf16 and self.engine is None
+
+    @property
+    def name(self) -> str:
+        return "deepspeed" if self.engine is not None else "torch"
+
+    @property
+    def module(self) -> Any:
+        """The ``nn.Module`` to call (unwrapped from the DeepSpeed engine)."""
+        return self.engine.module if self.engine is not None else self.model
+
+    @property
+    def lr(self) -> float:
+        if self.scheduler is None:
+            return self.cfg.lr
+        return float(self.scheduler.get_last_lr()[0])
+
+    def autocast(self) -> Any:
+        """bf16 autocast on the torch backend when bf16 is on (``--precision auto`` on CUDA)."""
+        import torch
+
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast)
+
+    def backward(self, loss: Any) -> None:
+        """Accumulate the gradient of one micro-batch's (globally normalised) loss."""
+        if self.engine is not None:
+            # DeepSpeed averages gradients over ranks: undo that to keep a global-batch sum
+            self.engine.backward(loss * self.dist.world, scale_wrt_gas=False)
+            self.engine.step()  # a no-op until the accumulation boundary
+        else:
+            loss.backward()
+
+    def step(self) -> float:
+        """Clip, update, advance the LR schedule, zero the gradients; the pre-clip grad norm."""
+        import torch
+
+        if self.engine is not None:
+            gn = self.engine.get_global_grad_norm()
+            return float(gn) if gn is not None else float("nan")
+        gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(gn)
+
+    def full_state_dict(self) -> dict | None:
+        """The whole model's weights where they are partitioned (ZeRO-3; collective), else
+        ``None`` (``module.state_dict()`` is then complete)."""
+        if self.engine is not None and self.engine.zero_optimization_stage() == 3:
+            return self.engine._zero3_consolidated_16bit_state_dict()
+        return None
+
+    def save_state(self, ckpt: Path) -> None:
+        """Optimizer and schedule state into ``ckpt`` (collective under DeepSpeed)."""
+        import torch
+
+        if self.engine is not None:
+            self.engine.save_checkpoint(str(ckpt / "deepspeed"), tag="state")
+        elif self.dist.main:
+            state = {
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+            }
+            torch.save(state, ckpt / "trainer.pt")
+
+    def load_state(self, ckpt: Path) -> None:
+        """Restore what :meth:`save_state` wrote (under DeepSpeed the weights too)."""
+        import torch
+
+        if self.engine is not None:
+            self.engine.load_checkpoint(str(ckpt / "deepspeed"), tag="state")
+            return
+        st = torch.load(ckpt / "trainer.pt", map_location=self.device, weights_only=False)
+        self.optimizer.load_state_dict(st["optimizer"])
+        self.scheduler.load_state_dict(st["scheduler"])
+
+
+def setup_distributed(cfg: TrainConfig) -> tuple[Dist, Any, bool]:
+    """``(dist, device, bf16)`` for ``cfg``; starts DeepSpeed's process group when asked."""
+    dist = _init_dist(cfg)
+    device = _resolve_device(cfg, dist)
+    return dist, device, _use_bf16(cfg, device)
+
+
 def train(
     objective: Objective,
     model_source: str | Path,
@@ -295,9 +421,7 @@ def train(
     if not examples:
         raise TrainError("no training examples (see the data messages above)")
     out = Path(cfg.out)
-    dist = _init_dist(cfg)
-    device = _resolve_device(cfg, dist)
-    bf16 = _use_bf16(cfg, device)
+    dist, device, bf16 = setup_distributed(cfg)
     if bf16 and device.type == "cpu" and dist.main:
         log("train: bf16 autocast on the CPU is slow; --precision fp32 is the CPU default")
     torch.manual_seed(cfg.seed)
@@ -340,37 +464,12 @@ def train(
 
     # the model: fp32 parameters (master weights); DeepSpeed casts its own copy to bf16
     source = ckpt / "model" if (ckpt is not None and not dist.deepspeed) else model_source
-    model = objective.build_model(source, torch.float32)
-    if cfg.grad_ckpt:
-        enable_checkpointing(model)
-    model.to(device)
-    model.train()
-
-    fused = device.type == "cuda"
-    optimizer = torch.optim.AdamW(
-        _param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.adam_betas, fused=fused
+    backend = Backend(
+        objective.build_model(source, torch.float32), cfg, dist, device, bf16, total_steps
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, _LRLambda(total_steps, cfg.warmup_steps, cfg.min_lr_ratio)
-    )
-    engine = None
-    if dist.deepspeed:
-        import deepspeed
-
-        ds_cfg = _ds_config(cfg, dist, bf16)
-        engine, optimizer, _, scheduler = deepspeed.initialize(
-            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=ds_cfg
-        )
-        if ckpt is not None:
-            engine.load_checkpoint(str(ckpt / "deepspeed"), tag="state")
-    elif ckpt is not None:
-        st = torch.load(ckpt / "trainer.pt", map_location=device, weights_only=False)
-        optimizer.load_state_dict(st["optimizer"])
-        scheduler.load_state_dict(st["scheduler"])
-    module = engine.module if engine is not None else model
-    autocast = bf16 and engine is None and device.type == "cuda"
-    if bf16 and engine is None and device.type == "cpu":
-        autocast = True
+    if ckpt is not None:
+        backend.load_state(ckpt)
+    module = backend.module
 
     metrics_log = MetricsLogger(
         out / "metrics.jsonl",
@@ -384,7 +483,7 @@ def train(
             f"train: {objective.name}, {len(examples)} examples, {n_tok} tokens, "
             f"{len(schedule.batches)} micro-batches, {schedule.steps_per_epoch} steps/epoch, "
             f"{total_steps} steps, device {device}, "
-            f"{'deepspeed' if engine is not None else 'torch'} backend, "
+            f"{backend.name} backend, "
             f"{'bf16' if bf16 else 'fp32'}, world {dist.world}"
         )
 
@@ -396,20 +495,12 @@ def train(
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
         _barrier(dist)
-        sd = None
-        if engine is not None:
-            if engine.zero_optimization_stage() == 3:
-                sd = engine._zero3_consolidated_16bit_state_dict()
-            engine.save_checkpoint(str(tmp / "deepspeed"), tag="state")
+        sd = backend.full_state_dict()
+        backend.save_state(tmp)
         if dist.main:
             objective.save(module, tmp / "model", state_dict=sd)
             if save_extra is not None:
                 save_extra(tmp / "model")
-            if engine is None:
-                torch.save(
-                    {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
-                    tmp / "trainer.pt",
-                )
             state = {
                 "step": step,
                 "total_steps": total_steps,
@@ -419,7 +510,7 @@ def train(
                 "grad_accum": cfg.grad_accum,
                 "world_size": dist.world,
                 "seed": cfg.seed,
-                "backend": "deepspeed" if engine is not None else "torch",
+                "backend": backend.name,
                 "config": cfg.to_json(),
             }
             (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
@@ -445,7 +536,7 @@ def train(
     step = start_step
     for step in range(start_step, total_steps):
         t0 = time.monotonic()
-        lr_now = scheduler.get_last_lr()[0] if scheduler is not None else cfg.lr
+        lr_now = backend.lr
         all_mbs = schedule.all_step_batches(step)
         total_units = sum(objective.units([examples[i] for i in mb]) for mb in all_mbs)
         sums: dict[str, float] = {}
@@ -456,25 +547,12 @@ def train(
                 for k, v in collate([examples[i] for i in mb]).items()
             }
             tokens += int(batch["attention_mask"].sum())
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            with backend.autocast():
                 loss_sum, m = objective.loss(module, batch)
-            loss = loss_sum / max(total_units, 1e-12)
-            if engine is not None:
-                # DeepSpeed averages gradients over ranks: undo that to keep a global-batch sum
-                engine.backward(loss * dist.world, scale_wrt_gas=False)
-                engine.step()
-            else:
-                loss.backward()
+            backend.backward(loss_sum / max(total_units, 1e-12))
             for k, v in m.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
-        if engine is not None:
-            gn = engine.get_global_grad_norm()
-            grad_norm = float(gn) if gn is not None else float("nan")
-        else:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm))
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
+        grad_norm = backend.step()
         keys = sorted(sums)
         reduced = _all_reduce([sums[k] for k in keys] + [float(tokens)], dist, device)
         sums = dict(zip(keys, reduced[:-1], strict=True))
