@@ -1,5 +1,17 @@
 """Anti-reward-hacking checks applied by the sandbox to every candidate."""
 
-from .api import POLICIES, RuntimeGuard, static_checks, timing_checks
+from .api import POLICIES, RuntimeGuard, output_checks, static_checks, timing_checks
+from .checks import CHECKS, Check, finding
+from .shapes import resize_task_source
 
-__all__ = ["POLICIES", "RuntimeGuard", "static_checks", "timing_checks"]
+__all__ = [
+    "CHECKS",
+    "POLICIES",
+    "Check",
+    "RuntimeGuard",
+    "finding",
+    "output_checks",
+    "resize_task_source",
+    "static_checks",
+    "timing_checks",
+]

@@ -133,4 +133,9 @@ def sensitivity_variants(inputs: Sequence[Any], seed: int = 0) -> dict[str, list
             if not v[k].is_contiguous():
                 v[k] = flat.view(x.shape)
             out[f"input{k}-{name}"] = v
+        if x.dim() >= 1 and x.shape[-1] >= 8:
+            v = [y.clone() if isinstance(y, torch.Tensor) else y for y in inputs]
+            k8 = x.shape[-1] // 8
+            v[k][..., -k8:] += 3.0 * s
+            out[f"input{k}-lastdim-tail"] = v
     return out

@@ -253,7 +253,7 @@ _CHECKS: tuple[Check, ...] = (
     Check(
         "G-OUTPUT-TYPE",
         "outputs are not plain materialised torch.Tensors (subclass, meta, lazy, sparse)",
-        ("runtime",),
+        ("static", "runtime"),
         _R,
         _R,
         "lazy tensor subclasses that compute when compared",

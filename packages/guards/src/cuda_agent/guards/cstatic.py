@@ -868,8 +868,9 @@ def scan_text(text: str, where: str, fs: Findings, float32_task: bool, result: C
             severity="flag",
         )
     for m in re.finditer(
-        r"\bstatic\s+(?:const\s+)?(?:(?:torch|at)::Tensor|std::(?:unordered_)?map|"
-        r"std::vector\s*<\s*(?:torch|at)::Tensor|\w+\s*\*)",
+        r"\bstatic\s+(?:const\s+|thread_local\s+|inline\s+)*(?:(?:torch|at)::Tensor|"
+        r"std::(?:unordered_)?map\s*<[^;()]*?>|std::vector\s*<\s*(?:torch|at)::Tensor\s*>|"
+        r"[\w:]+\s*\*+)\s*(\w+)\s*(?:=|;|\[|\{)",
         text,
     ):
         fs.add(
@@ -1029,6 +1030,8 @@ def _torch_qualified(
     qual = "::".join(parts)
     last = parts[-1]
     inner = set(parts[1:-1])
+    if last in _TORCH_OK_NAMES or last.startswith(("getCurrent", "getCudnn", "getCublas")):
+        return
     if inner & {
         "native",
         "_ops",

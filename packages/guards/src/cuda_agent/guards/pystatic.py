@@ -376,6 +376,13 @@ def _reachable(tree: ast.Module) -> list[ast.FunctionDef | ast.AsyncFunctionDef]
     return out
 
 
+def _last_name(func: ast.AST, resolved: str) -> str:
+    """The called name: last part of the resolved name, or the attribute of ``x[...].name``."""
+    if resolved:
+        return resolved.split(".")[-1]
+    return func.attr if isinstance(func, ast.Attribute) else ""
+
+
 def _module_attrs(tree: ast.Module, scope: _Scope) -> dict[str, str]:
     """``self.X`` attributes assigned a torch.nn module constructor in any method."""
     out: dict[str, str] = {}
@@ -424,6 +431,16 @@ def scan_python(
     _assignments(tree, scope, where, fs, float32_task)
     _forward_rules(tree, scope, reach, where, fs, res)
     _fallbacks(tree, scope, reach, where, fs)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for b in node.bases:
+                full = scope.resolve(b) or ""
+                if full in ("torch.Tensor", "torch._C.TensorBase", "torch._C._TensorBase"):
+                    fs.add(
+                        "G-OUTPUT-TYPE",
+                        f"{where}: class {node.name} subclasses {full}",
+                        f"line {node.lineno}",
+                    )
     return res
 
 
@@ -501,7 +518,7 @@ def _extract_sources(
         if not isinstance(node, ast.Call):
             continue
         fn = scope.resolve(node.func) or ""
-        last = fn.split(".")[-1]
+        last = _last_name(node.func, fn)
         if last not in ("load_inline", "load", "compile_source") or (
             last == "load" and "cpp_extension" not in fn
         ):
@@ -562,7 +579,7 @@ def _calls_and_attrs(
         if not isinstance(node, ast.Call):
             continue
         fn = scope.resolve(node.func) or ""
-        last = fn.split(".")[-1]
+        last = _last_name(node.func, fn)
         if isinstance(node.func, ast.Name):
             b = node.func.id
             if (
@@ -601,8 +618,6 @@ def _calls_and_attrs(
             "unlink",
             "rmdir",
             "symlink_to",
-            "touch",
-            "chmod",
         ):
             if last in (
                 "write_text",
@@ -997,6 +1012,7 @@ def _forward_rules(
 ) -> None:
     nn_attrs = _module_attrs(tree, scope)
     own_callables = set(res.inline_functions)
+    ext_names, self_ext = _extension_names(tree, scope)
     for f in reach:
         for node in ast.walk(f):
             line = f"line {getattr(node, 'lineno', '?')} in {f.name}()"
@@ -1005,7 +1021,7 @@ def _forward_rules(
             if not isinstance(node, ast.Call):
                 continue
             fn = scope.resolve(node.func) or ""
-            last = fn.split(".")[-1]
+            last = _last_name(node.func, fn)
             if fn.startswith("torch.") and not fn.startswith(
                 ("torch.ops.", "torch.cuda.", "torch.utils.", "torch.backends.", "torch.autograd.")
             ):
@@ -1043,14 +1059,53 @@ def _forward_rules(
                 and last not in _PY_METHOD_EXCLUDE
                 and last not in own_callables
                 and classify(last) in ("compute", "random")
-                and not (
-                    fn.split(".")[0] in res.inline_modules
-                    or fn.split(".")[0] in scope.alias
-                    and not scope.alias[fn.split(".")[0]].startswith("torch")
-                )
+                and not _is_extension(node.func.value, ext_names, self_ext)
             ):
                 code = "G-RNG" if classify(last) == "random" else "G-TORCH-COMPUTE"
                 fs.add(code, f"{where}: .{last}() in forward", line)
+
+
+def _extension_names(tree: ast.Module, scope: _Scope) -> tuple[set[str], set[str]]:
+    """Names bound to the candidate's extension modules, and ``self`` attributes holding them."""
+    names = {
+        k
+        for k, v in scope.alias.items()
+        if v.split(".")[0] not in ("torch", "numpy", "math", "triton")
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            fn = scope.resolve(node.value.func) or ""
+            if fn.split(".")[-1] in ("load_inline", "load", "import_module"):
+                names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    attrs: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assign):
+            continue
+        v = node.value
+        src_ok = (isinstance(v, ast.Name) and v.id in names) or (
+            isinstance(v, ast.Call)
+            and (scope.resolve(v.func) or "").split(".")[-1] in ("load_inline", "load")
+        )
+        if src_ok:
+            for t in node.targets:
+                if (
+                    isinstance(t, ast.Attribute)
+                    and isinstance(t.value, ast.Name)
+                    and t.value.id == "self"
+                ):
+                    attrs.add(t.attr)
+    return names, attrs
+
+
+def _is_extension(recv: ast.AST, names: set[str], attrs: set[str]) -> bool:
+    if isinstance(recv, ast.Name):
+        return recv.id in names
+    return (
+        isinstance(recv, ast.Attribute)
+        and isinstance(recv.value, ast.Name)
+        and recv.value.id == "self"
+        and recv.attr in attrs
+    )
 
 
 def _fallbacks(

@@ -535,27 +535,29 @@ class RuntimeGuardImpl:
             if outputs is None:
                 outputs = model(*clone_inputs(inputs))
             out_bytes = [t.untyped_storage().nbytes() for t in tensors(outputs)]
-            # 1. unobserved
-            out_u = model(*clone_inputs(inputs))
-            d = same_output(out_u, outputs)
-            if d:
-                self.fs.add("G-OBSERVER", "an unobserved call gave a different output", d)
-            # 2. poisoned allocator, NaN then random
+            sizes = out_bytes + [x.untyped_storage().nbytes() for x in tensors(inputs)]
+            dev = _device_of(inputs, outputs)
+            # 1. poisoned allocator (NaN, then random), observed as in verification
+            stale = False
             for mode in ("nan", "random"):
                 ins = clone_inputs(inputs)
-                with poisoned(
-                    mode,
-                    out_bytes + [x.untyped_storage().nbytes() for x in tensors(ins)],
-                    device=_device_of(ins, outputs),
-                ):
-                    out_p = model(*ins)
-                    _sync()
+                with poisoned(mode, sizes, device=dev):
+                    out_p = self._call(model, ins, observed=True)
                 d = same_output(out_p, outputs)
                 if d:
+                    stale = True
                     self.fs.add(
                         "G-STALE-MEMORY", f"output changed on a {mode}-poisoned allocator", d
                     )
                     break
+            # 2. unobserved (no dispatch mode, no profile hook), NaN-poisoned so that stale memory
+            #    cannot cover for work it skips
+            ins = clone_inputs(inputs)
+            with poisoned("nan", sizes, device=dev):
+                out_u = self._call(model, ins, observed=False)
+            d = same_output(out_u, outputs)
+            if d and not stale:
+                self.fs.add("G-OBSERVER", "an unobserved call gave a different output", d)
             # 3. pointer cache: same buffers, new values, vs fresh buffers with those values;
             #    content cache: the first call on new values runs the same own kernels as repeats
             bufs = clone_inputs(inputs)
@@ -563,7 +565,7 @@ class RuntimeGuardImpl:
             _sync()
             newvals = perturbed(inputs, seed)
             for b, v in zip(bufs, newvals, strict=False):
-                if isinstance(b, torch.Tensor) and b.is_floating_point():
+                if isinstance(b, torch.Tensor):
                     b.copy_(v)
             rec_a = self._observe_own(model, bufs)
             rec_b = self._observe_own(model, clone_inputs(newvals))
@@ -591,6 +593,15 @@ class RuntimeGuardImpl:
                     severity="flag",
                 )
         self.timings["probe"] = self.timings.get("probe", 0.0) + time.perf_counter() - t0
+
+    def _call(self, model: Callable[..., Any], inputs: Sequence[Any], observed: bool) -> Any:
+        if not observed:
+            out = model(*inputs)
+        else:
+            with _ProfileHook(self._is_own), OpRecorder():
+                out = model(*inputs)
+        _sync()
+        return out
 
     def _observe_own(
         self, model: Callable[..., Any], inputs: Sequence[Any]
