@@ -37,6 +37,13 @@ def test_catalogue_has_100_seeds_across_all_categories():
             assert resolve(s.op) is not None, s.op
 
 
+def test_every_seed_builds_a_legal_program():
+    # meta-device shape propagation only (no probe): every catalogue entry yields a task
+    tasks = list(crawl(size="tiny", probe=False))
+    assert len(tasks) == len(SEEDS)
+    assert len({t.id for t in tasks}) == len(tasks)
+
+
 def test_crawl_probes_rng_and_emits_runnable_seed_tasks():
     tasks = list(crawl(size="tiny", categories=["activation", "loss"]))
     by = {t.name: t for t in tasks}
@@ -51,8 +58,9 @@ def test_crawl_probes_rng_and_emits_runnable_seed_tasks():
         assert t.source == "opsynth" and t.ops == [SEEDS[t.name].op]
         assert check_contract(t.ref_code) == []
         assert t.meta["category"] in ("activation", "loss")
-    out = _run_task(by["CrossEntropyLoss"].ref_code)
-    assert out.dim() == 0 and torch.isfinite(out)
+    out = _run_task(by["CrossEntropyLoss"].ref_code)  # per-sample loss: one value per row
+    assert out.shape == (by["CrossEntropyLoss"].meta["output_shape"][0],)
+    assert torch.isfinite(out).all() and 'reduction="none"' in by["CrossEntropyLoss"].ref_code
 
 
 def test_coverage_lists_uncovered_torch_ops():
