@@ -226,6 +226,9 @@ def filter_cmd(
     ] = True,
     mode: Annotated[str, typer.Option("--mode", help="Model mode for output checks.")] = "eval",
     threads: Annotated[int, typer.Option("--threads", help="torch CPU threads per task.")] = 1,
+    time_budget: Annotated[
+        float, typer.Option("--time-budget", help="Seconds of eager timing per task.")
+    ] = 2.0,
     rejected: Annotated[
         Path | None,
         typer.Option(
@@ -269,6 +272,7 @@ def filter_cmd(
         rescale=rescale,
         isolation=isolation,
         threads=threads,
+        time_budget_s=time_budget,
     )
     already: set[str] = set()
     if resume:
