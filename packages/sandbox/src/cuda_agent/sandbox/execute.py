@@ -43,8 +43,14 @@ def exec_command(
     """Run ``argv`` in ``workspace``: its own session and process group (all killed at the
     limit), no network unless asked, limits on processes and file size, writes confined to the
     workspace and a scratch directory; stdout and stderr each capped (head and tail kept)."""
+    from .config import SandboxConfig
+    from .evaluate import cache_root
+
     ws = Path(workspace).resolve()
     tmp = exec_tmp_dir()
+    # the workspace's utils/ evaluate through this package, which writes its build cache
+    cache = cache_root(SandboxConfig())
+    cache.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k in KEEP_ENV}
     env["TMPDIR"] = str(tmp)
     lim = Limits(
@@ -54,7 +60,7 @@ def exec_command(
         drop_user=False,
         rss_mb=None,
     )
-    return run_confined(argv, cwd=ws, env=env, limits=lim, writable=[ws, tmp])
+    return run_confined(argv, cwd=ws, env=env, limits=lim, writable=[ws, tmp, cache])
 
 
 def exec_shell(workspace: str | os.PathLike[str], command: str, **kw) -> Outcome:
