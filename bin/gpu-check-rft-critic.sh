@@ -4,12 +4,12 @@
 #   device: run(command="COMMIT=$(git rev-parse HEAD) bash bin/gpu-check-rft-critic.sh", carry=[".whl"])
 # .whl/ holds msgspec (cp312) and .whl/rft/ the DeepSpeed wheel built here (uv build) and the
 # dependencies the GPU image lacks (hjson, pydantic, pydantic-core, annotated-types, ...).
-# Stages (STAGES, default all): rft-ds2 critic-ds2 rft-torch rft-ds3 resume-ds2
+# Stages (STAGES): rft-ds2 critic-ds2 rft-ds3 rft-torch (default), resume-ds2
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 W=${WORK:-/tmp/rftbench}
-STEPS=${STEPS:-10}
-STAGES=${STAGES:-"rft-ds2 critic-ds2 rft-torch rft-ds3 resume-ds2"}
+STEPS=${STEPS:-8}
+STAGES=${STAGES:-"rft-ds2 critic-ds2 rft-ds3 rft-torch"}
 mkdir -p "$OUT" "$W"
 [ -n "${SKIP_INSTALL:-}" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl .whl/rft/*.whl || exit 1
 export PYTHONPATH=/tmp/site:${EXTRA_PYTHONPATH:-}$(ls -d "$PWD"/packages/*/src | tr '\n' ':')

@@ -76,6 +76,9 @@ def report(out: Path, runs: list[Path]) -> None:
             rows[r.name] = {"error": "no metrics"}
             continue
         m = [json.loads(x) for x in mf.read_text().splitlines() if x.strip()]
+        if not m:
+            rows[r.name] = {"error": "no steps logged"}
+            continue
         steady = m[2:] if len(m) > 3 else m  # first steps include allocator and kernel warm-up
         rows[r.name] = {
             "steps": len(m),

@@ -165,3 +165,17 @@ def test_cli_train_reports_bad_options_clearly(tiny_model, data_file, tmp_path):
     assert (
         "not a Hugging Face checkpoint" in r.stderr.decode() or "config.json" in r.stderr.decode()
     )
+
+
+@pytest.mark.gpu
+def test_bf16_autocast_keeps_fp32_master_weights_on_gpu(tiny_model, trajectories, tmp_path):
+    exs = [example_from_trajectory(t) for t in trajectories]
+    res = train(
+        SFTObjective(),
+        tiny_model,
+        exs,
+        _cfg(tmp_path, device="cuda", precision="auto", max_steps=3, grad_ckpt=True),
+    )
+    assert res["peak_mem_gib"] > 0 and res["loss"] == res["loss"]
+    saved = load_file(tmp_path / "final" / "model.safetensors")
+    assert all(t.dtype == torch.float32 for t in saved.values())
