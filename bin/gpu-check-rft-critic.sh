@@ -4,12 +4,12 @@
 #   device: run(command="COMMIT=$(git rev-parse HEAD) bash bin/gpu-check-rft-critic.sh", carry=[".whl"])
 # .whl/ holds msgspec (cp312) and .whl/rft/ the DeepSpeed wheel built here (uv build) and the
 # dependencies the GPU image lacks (hjson, pydantic, pydantic-core, annotated-types, ...).
-# Stages (STAGES): rft-ds2 critic-ds2 rft-ds3 rft-torch (default), resume-ds2
+# Stages (STAGES): rft-ds2 critic-ds2 rft-ds3 rft-torch pytest-gpu (default), resume-ds2
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 W=${WORK:-/tmp/rftbench}
 STEPS=${STEPS:-8}
-STAGES=${STAGES:-"rft-ds2 critic-ds2 rft-ds3 rft-torch"}
+STAGES=${STAGES:-"rft-ds2 critic-ds2 rft-ds3 rft-torch pytest-gpu"}
 mkdir -p "$OUT" "$W"
 [ -n "${SKIP_INSTALL:-}" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl .whl/rft/*.whl || exit 1
 export PYTHONPATH=/tmp/site:${EXTRA_PYTHONPATH:-}$(ls -d "$PWD"/packages/*/src | tr '\n' ':')
@@ -28,6 +28,11 @@ echo "setup $(( $(date +%s) - t0 ))s"
 
 COMMON=(--model "$W/model" --data "$W/data.jsonl" --batch-tokens ${BATCH_TOKENS:-40000} --grad-accum 2
         --grad-ckpt --lr 1e-4 --warmup-steps 2 --no-tensorboard)
+report() {
+  local runs=()
+  for d in rft-ds2 critic-ds2 rft-ds3 rft-torch resume; do [ -d "$W/$d" ] && runs+=("$W/$d"); done
+  python3 bin/gpu_bench_rft_critic.py report "$OUT" "${runs[@]}" > /dev/null 2>&1
+}
 run() {  # name timeout_s module args...
   local name=$1 lim=$2; shift 2
   local s=$(date +%s)
@@ -36,6 +41,7 @@ run() {  # name timeout_s module args...
   echo "$name rc=$rc $(( $(date +%s) - s ))s" | tee -a "$OUT/rc.txt"
   grep -E "^(train|step|rft|critic)" "$OUT/$name.log" | tail -4
   [ $rc -ne 0 ] && tail -25 "$OUT/$name.log"
+  report  # after every stage: a run cut short by the time limit still leaves its numbers
   return 0
 }
 for st in $STAGES; do
@@ -53,10 +59,11 @@ for st in $STAGES; do
         --deepspeed configs/ds_zero2.json --stop-after 2
       run resume-b 90 cuda_agent.rft.cli train "${COMMON[@]}" --out "$W/resume" --max-steps 4 \
         --deepspeed configs/ds_zero2.json --resume ;;
+    pytest-gpu) run pytest-gpu 60 pytest -q -p no:cacheprovider packages/rft/tests/test_train.py \
+        -k bf16 ;;
   esac
 done
-runs=()
-for d in rft-ds2 critic-ds2 rft-torch rft-ds3 resume; do [ -d "$W/$d" ] && runs+=("$W/$d"); done
-python3 bin/gpu_bench_rft_critic.py report "$OUT" "${runs[@]}"
+report
+cat "$OUT/report.json"
 ls "$W/rft-ds2/final" "$W/critic-ds2/final" > "$OUT/final-files.txt" 2>&1
 echo "total $(( $(date +%s) - t0 ))s"
