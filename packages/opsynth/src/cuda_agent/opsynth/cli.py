@@ -226,6 +226,14 @@ def filter_cmd(
     ] = True,
     mode: Annotated[str, typer.Option("--mode", help="Model mode for output checks.")] = "eval",
     threads: Annotated[int, typer.Option("--threads", help="torch CPU threads per task.")] = 1,
+    shrink: Annotated[
+        int | None,
+        typer.Option(
+            "--shrink",
+            help="Check a shrunk copy: halve module-level size constants until the inputs hold "
+            "<= N elements (CPU studies of GPU-sized sets; the kept task is the original).",
+        ),
+    ] = None,
     time_budget: Annotated[
         float, typer.Option("--time-budget", help="Seconds of eager timing per task.")
     ] = 2.0,
@@ -273,6 +281,7 @@ def filter_cmd(
         isolation=isolation,
         threads=threads,
         time_budget_s=time_budget,
+        shrink_numel=shrink,
     )
     already: set[str] = set()
     if resume:

@@ -46,6 +46,7 @@ class FilterConfig:
     isolation: str = "fork"
     threads: int = 1
     time_budget_s: float = 2.0
+    shrink_numel: int | None = None  # CPU studies of GPU-sized sets: shrink inputs to this size
 
     @property
     def window(self) -> tuple[float, float]:
@@ -101,6 +102,7 @@ class TaskFilter:
             mode=self.cfg.mode,
             time_budget_s=self.cfg.time_budget_s,
             slow_ms=self.cfg.window[1],
+            shrink_numel=self.cfg.shrink_numel,
         )
         res = self.iso.run(source, pc.to_dict(), self.cfg.timeout_s, self.cfg.mem_gb)
         self.probe_seconds += float(res.get("seconds") or 0.0)
@@ -144,6 +146,8 @@ class TaskFilter:
         if rescales:
             info["rescaled"] = rescales
             self.rescaled += 1
+        if res.get("shrunk"):
+            info["shrunk"] = res["shrunk"]
         out = task
         if source != task.ref_code:
             out = Task.make(task.name, source, **_task_fields(task))
@@ -165,6 +169,8 @@ class TaskFilter:
             info["eager_ms"] = round(float(res["eager_ms"]), 4)
         if rescales:
             info["rescaled"] = rescales
+        if res.get("shrunk"):
+            info["shrunk"] = res["shrunk"]
         out = msgspec.structs.replace(task, meta={**task.meta, "rejected": info})
         return Verdict(out, False, reason, detail, res)
 

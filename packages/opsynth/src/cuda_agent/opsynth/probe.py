@@ -28,6 +28,7 @@ class ProbeConfig:
     time: bool = True
     time_budget_s: float = 2.0
     slow_ms: float | None = None  # first forward slower than 2x this: skip the timing protocol
+    shrink_numel: int | None = None  # halve size constants until inputs hold <= this many elements
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,7 +90,12 @@ def time_eager(model: Any, inputs: list[Any], device: str, budget_s: float) -> f
 def run_probe(source: str, cfg: ProbeConfig) -> dict[str, Any]:
     """All checks on ``source``; first failure wins. Never raises."""
     try:
-        return _run(source, cfg)
+        res = _run(source, cfg)
+        if cfg.shrink_numel and "shrunk" not in res:
+            from .shrink import shrink_source
+
+            res["shrunk"] = shrink_source(source, cfg.shrink_numel)[1]
+        return res
     except Exception as e:  # noqa: BLE001 - a check itself broke: report, don't crash
         return _fail("probe_error", _err(e))
 
@@ -118,6 +124,14 @@ def _run(source: str, cfg: ProbeConfig) -> dict[str, Any]:
 
     passed: list[str] = []
     t0 = time.monotonic()
+    shrunk: dict[str, list[int]] = {}
+    if cfg.shrink_numel:
+        from .shrink import shrink_source
+
+        try:
+            source, shrunk = shrink_source(source, cfg.shrink_numel)
+        except Exception as e:  # noqa: BLE001
+            return _fail("load_error", _err(e))
     try:
         prog = Program.from_source(source, name="opsynth_task")
         model = _model(prog, cfg)
@@ -202,6 +216,7 @@ def _run(source: str, cfg: ProbeConfig) -> dict[str, Any]:
         passed.append("timed")
     return {
         "ok": True,
+        "shrunk": shrunk,
         "reason": None,
         "detail": "",
         "checks": passed,
