@@ -5,6 +5,7 @@ afterwards so one test cannot poison the next."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sys
 from typing import Any
@@ -45,10 +46,8 @@ def _restore(snap: dict[str, Any]) -> None:
             continue
         cur = gh._resolve(key)
         if cur is not obj:
-            try:
+            with contextlib.suppress(AttributeError, TypeError):
                 setattr(parent, attr, obj)
-            except (AttributeError, TypeError):
-                pass
 
 
 def run(

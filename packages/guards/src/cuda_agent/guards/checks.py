@@ -11,6 +11,7 @@ Policies:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -352,6 +353,9 @@ def finding(
     return GuardViolation(code=code, severity=sev, message=message, evidence=evidence[:2000])
 
 
+_CALL_RE = re.compile(r"call (\d+): (.*)", re.S)
+
+
 class Findings:
     """An ordered, de-duplicated list of findings under one policy."""
 
@@ -364,6 +368,10 @@ class Findings:
         self, code: str, message: str, evidence: str = "", severity: Severity | None = None
     ) -> None:
         """Record a finding unless the policy ignores ``code`` or the same one is already there."""
+        m = _CALL_RE.match(message)
+        if m:  # "call N: ..." -> one finding per problem, the first call named in the evidence
+            message = m.group(2)
+            evidence = f"call {m.group(1)}" + (f": {evidence}" if evidence else "")
         f = finding(code, self.policy, message, evidence, severity)
         if f is None:
             return

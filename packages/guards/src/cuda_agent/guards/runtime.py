@@ -252,6 +252,7 @@ class RuntimeGuardImpl:
         self._call_no = 0
         self._installed = False
         self._own_cache: dict[int, str | None] = {}
+        self._mutated = False
 
     # -- set-up -------------------------------------------------------------------------
 
@@ -366,7 +367,7 @@ class RuntimeGuardImpl:
         for i, o in enumerate(leaves):
             problem = _output_problem(o, self.backend)
             if problem:
-                self.fs.add("G-OUTPUT-TYPE", f"call {n}: output {i} {problem}", repr(type(o)))
+                self.fs.add("G-OUTPUT-TYPE", f"output {i} {problem}", f"call {n}: {type(o)!r}")
             elif isinstance(o, torch.Tensor):
                 plain.append(o)
         # deferred work: fingerprint after the current stream finishes, then after everything
@@ -388,7 +389,7 @@ class RuntimeGuardImpl:
         if first != second:
             self.fs.add(
                 "G-DEFERRED",
-                f"call {n}: an output changed after the call returned",
+                "an output changed after the call returned",
                 "work continued on another thread or an unsynchronised stream",
             )
         if new_threads:
@@ -411,10 +412,11 @@ class RuntimeGuardImpl:
         # inputs unchanged
         for i, (x, pre) in enumerate(zip(inputs, self._pre, strict=False)):
             if isinstance(x, torch.Tensor) and pre is not None and fingerprint(x) != pre:
+                self._mutated = True
                 self.fs.add(
                     "G-INPUT-MUTATION",
-                    f"call {n}: input {i} changed during the call",
-                    f"shape {tuple(x.shape)}",
+                    f"input {i} changed during the call",
+                    f"call {n}: shape {tuple(x.shape)}",
                 )
         # aliasing
         in_ptrs = {p: i for i, p in enumerate(self._pre_ptrs) if p}
@@ -528,8 +530,8 @@ class RuntimeGuardImpl:
         then random) must reproduce ``outputs``; an unobserved call must too; inputs rewritten in
         place must give the same result as fresh tensors holding the same values; a repeated call
         on the same values must run the same own kernels (no content cache)."""
-        if self.policy == "off":
-            return
+        if self.policy == "off" or self._mutated:
+            return  # a candidate that mutates its inputs is rejected already; reruns would mislead
         t0 = time.perf_counter()
         with torch.no_grad():
             if outputs is None:
