@@ -450,6 +450,7 @@ def train(
                 ("world_size", dist.world),
                 ("seed", cfg.seed),
                 ("backend", "deepspeed" if dist.deepspeed else "torch"),
+                ("extra", cfg.extra),
             )
             if state.get(k) != v
         ]
@@ -511,6 +512,7 @@ def train(
                 "world_size": dist.world,
                 "seed": cfg.seed,
                 "backend": backend.name,
+                "extra": cfg.extra,
                 "config": cfg.to_json(),
             }
             (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
