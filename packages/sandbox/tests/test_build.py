@@ -1,6 +1,7 @@
 """Workdir builds: parallel units, object cache by content, compile errors with their log."""
 
 import importlib.util
+import uuid
 
 from cuda_agent.sandbox.build import ObjectCache, build_workdir
 from cuda_agent.sandbox.workspace import materialise
@@ -26,7 +27,7 @@ def test_cache_rebuilds_only_changed_files(
 ):
     same = _build(cache_dir, tmp_path, scale_add_task, scale_add_files, "same")
     assert same.ok and same.cached and all(u["cached"] for u in same.units)
-    ops = scale_add_files["kernels/ops.cpp"] + "\n// changed\n"
+    ops = scale_add_files["kernels/ops.cpp"] + f"\n// changed {uuid.uuid4().hex}\n"
     changed = _build(
         cache_dir, tmp_path, scale_add_task, scale_add_files, "changed", **{"kernels/ops.cpp": ops}
     )

@@ -13,6 +13,7 @@ Heavy modules (torch) are imported only when an evaluation runs.
 
 from .config import SandboxConfig, resolve_backend
 from .evaluate import evaluate, prepare, run_on_device
+from .execute import exec_command, exec_shell
 from .isolation import Limits, Outcome, caps, run_confined
 from .pool import SandboxPool
 from .workspace import create_workspace, materialise, solution_from_workspace
@@ -25,6 +26,8 @@ __all__ = [
     "caps",
     "create_workspace",
     "evaluate",
+    "exec_command",
+    "exec_shell",
     "materialise",
     "prepare",
     "resolve_backend",

@@ -230,7 +230,7 @@ def build_workdir(
         u.cached = u.obj.exists()
     notes: list[str] = []
     pch_dir: Path | None = None
-    pch_state = "off"
+    pch_state = "unused (bindings cached)" if pch else "off"
     if pch and any(u.kind == "binding" and not u.cached for u in units):
         pch_dir, note = ensure_pch(cache, flags, base)
         notes.append(note)

@@ -5,7 +5,6 @@ stdout carries records only (``eval``) or the command's own output (``exec``); l
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -250,38 +249,14 @@ def exec_cmd(
     Own session and process group (all killed at the limit), no network, limits on processes and
     file size; stdout and stderr are each cut to --max-output bytes, head and tail kept.
     """
-    from .isolation import Limits, run_confined
+    from .execute import exec_command
 
     cmd = list(ctx.args)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
         raise fail("no command given (sandbox exec WS -- CMD ...)")
-    keep = (
-        "PATH",
-        "HOME",
-        "LANG",
-        "LC_ALL",
-        "PYTHONPATH",
-        "LD_LIBRARY_PATH",
-        "CUDA_HOME",
-        "CUDA_VISIBLE_DEVICES",
-        "VIRTUAL_ENV",
-        "TERM",
-        "CUDA_AGENT_SANDBOX_CACHE",
-    )
-    env = {k: v for k, v in os.environ.items() if k in keep}
-    env["TMPDIR"] = str(_tmp_dirs()[0])
-    lim = Limits(
-        timeout_s=timeout,
-        output_cap=max_output,
-        no_network=not network,
-        drop_user=False,
-        rss_mb=None,
-    )
-    out = run_confined(
-        cmd, cwd=workspace, env=env, limits=lim, writable=[workspace.resolve(), *_tmp_dirs()]
-    )
+    out = exec_command(workspace, cmd, timeout=timeout, max_output=max_output, network=network)
     sys.stdout.write(out.stdout)
     sys.stdout.flush()
     sys.stderr.write(out.stderr)

@@ -360,6 +360,7 @@ def run_on_device(p: Prepared, *, gpu: str | None = None, slot: int = 0) -> Eval
     try:
         if p.result is not None:
             return p.result
+        p.meta["queued_s"] = round(time.monotonic() - p.t0 - sum(p.stages.values()), 3)
         return _run_on_device(p, gpu, slot)
     except Exception as e:  # noqa: BLE001 - the evaluator's own failure
         import traceback

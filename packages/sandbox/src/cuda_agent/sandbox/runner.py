@@ -180,6 +180,10 @@ def op_candidate(spec: dict[str, Any], report: dict[str, Any]) -> None:
 
     device = spec["device"]
     ref = _load_reference(spec)
+    if device.startswith("cuda"):
+        # create the context first, so the guard's snapshot sees the device's real settings
+        torch.zeros(1, device=device)
+        torch.cuda.synchronize()
     guard = None
     if spec.get("guard_policy", "strict") != "off":
         from cuda_agent.guards.api import RuntimeGuard
