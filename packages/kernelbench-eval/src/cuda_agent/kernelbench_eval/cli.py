@@ -10,7 +10,16 @@ from typing import Annotated
 import typer
 
 from cuda_agent.records import EvalResult, RecordWriter, Task
-from cuda_agent.records.cli_helpers import InputArg, OnError, OnErrorOpt, fail, log, run_stream
+from cuda_agent.records.cli_helpers import (
+    InputArg,
+    OnError,
+    OnErrorOpt,
+    OutputOpt,
+    ResumeOpt,
+    fail,
+    log,
+    run_stream,
+)
 from cuda_agent.records.jsonl import DecodeError, load_records
 
 app = typer.Typer(
@@ -113,6 +122,65 @@ def solutions(
         more = "" if len(rep.missing) <= 20 else f" (+{len(rep.missing) - 20} more)"
         log(f"{len(rep.missing)} tasks have no solution (count as failures): {names}{more}")
     log(f"solutions: {len(rep.candidates)} candidates for {len(task_list)} tasks")
+
+
+@app.command()
+def run(
+    input: InputArg = None,
+    output: OutputOpt = None,
+    resume: ResumeOpt = False,
+    on_error: OnErrorOpt = OnError.stop,
+    backend: Annotated[str, typer.Option(help="cuda | cpu | auto")] = "auto",
+    gpus: Annotated[
+        str | None, typer.Option(help="all | 0,1,... (default: the first visible GPU)")
+    ] = None,
+    guard_policy: Annotated[str, typer.Option(help="strict | kernelbench | off")] = "kernelbench",
+    atol: Annotated[float, typer.Option(help="Absolute tolerance.")] = 1e-2,
+    rtol: Annotated[float, typer.Option(help="Relative tolerance.")] = 1e-2,
+    timing: Annotated[
+        bool, typer.Option("--timing/--no-timing", help="Time candidates and baselines.")
+    ] = True,
+) -> None:
+    """Evaluate Candidate records (from `solutions`) in the sandbox; write EvalResult records
+    carrying level, problem id, name and the guard policy (what `report` needs).
+
+    The default guard policy is `kernelbench` (PyTorch allowed in ModelNew, but a custom kernel
+    must do real work), the rule of KernelBench's own leaderboard; use `strict` for the CUDA
+    Agent rules. Example: kernelbench-eval run --backend cuda < candidates.jsonl > results.jsonl
+    """
+    import msgspec
+
+    from cuda_agent.records import Candidate
+    from cuda_agent.sandbox import SandboxConfig, SandboxPool
+    from cuda_agent.sandbox.pool import parse_gpus
+
+    cfg = SandboxConfig(
+        backend=backend,
+        guard_policy=guard_policy,
+        atol=atol,
+        rtol=rtol,
+        timing=timing,
+        baselines=timing,
+    )
+    with SandboxPool(cfg, gpus=parse_gpus(gpus)) as pool:
+
+        def one(c: Candidate):
+            r = pool.evaluate(c)
+            meta = {**r.meta, **c.meta, "name": c.task.name, "guard_policy": guard_policy}
+            if c.task.level is not None:
+                meta.setdefault("level", c.task.level)
+                meta.setdefault("problem_id", c.task.problem_id)
+            return [msgspec.structs.replace(r, meta=meta)]
+
+        run_stream(
+            one,
+            input=input,
+            output=output,
+            resume=resume,
+            on_error=on_error,
+            expect=(Candidate,),
+            desc="kernelbench-eval run",
+        )
 
 
 @app.command()

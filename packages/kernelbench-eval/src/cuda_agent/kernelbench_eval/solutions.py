@@ -13,6 +13,7 @@ import msgspec
 
 from cuda_agent.records import Candidate, Solution, Task
 from cuda_agent.records.jsonl import DecodeError, iter_lines
+from cuda_agent.sandbox.workspace import solution_from_workspace
 
 # level_1_problem_19_sample_0_kernel.py (KernelBench's generated-kernel names)
 FLAT_NAME = re.compile(r"^level_(\d+)_problem_(\d+)(?:_sample_(\d+))?(?:_kernel)?\.py$")
@@ -21,8 +22,6 @@ NESTED_NAME = re.compile(r"^(\d+)(?:_.*?)?(?:\.py)?$")
 LEVEL_DIR = re.compile(r"^level_?(\d+)$")
 
 WORKDIR_MARKER = "model_new.py"
-# files a workdir solution contributes; the rest of a workdir is the sandbox's
-WORKDIR_FILES = re.compile(r"^(model_new\.py|kernels/[^/]+\.(cu|cuh|cpp|h|hpp))$")
 
 
 class SolutionEntry(msgspec.Struct, kw_only=True):
@@ -53,15 +52,6 @@ class ImportReport:
     unreadable: list[str] = field(default_factory=list)
 
 
-def _workdir_files(d: Path) -> dict[str, str]:
-    files = {}
-    for p in sorted(d.rglob("*")):
-        rel = p.relative_to(d).as_posix()
-        if p.is_file() and WORKDIR_FILES.match(rel):
-            files[rel] = p.read_text()
-    return files
-
-
 def scan_dir(root: Path, origin: str | None = None) -> tuple[list[FoundSolution], list[str]]:
     """Solutions found under ``root`` and paths that look like solutions but cannot be read."""
     root = Path(root)
@@ -84,7 +74,7 @@ def scan_dir(root: Path, origin: str | None = None) -> tuple[list[FoundSolution]
         if p.is_file() and p.suffix == ".py":
             sol = Solution.make("kernelbench", {"model_new.py": p.read_text()}, f"{origin}/{rel}")
         elif p.is_dir() and (p / WORKDIR_MARKER).is_file():
-            sol = Solution.make("workdir", _workdir_files(p), f"{origin}/{rel}")
+            sol = solution_from_workspace(p, origin=f"{origin}/{rel}")
         elif p.is_dir():
             bad.append(f"{rel}: a folder without {WORKDIR_MARKER}")
             continue
