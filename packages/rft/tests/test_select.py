@@ -134,3 +134,16 @@ def test_cli_select_malformed_line_stops_with_line_number():
     assert "line 2" in r.stderr.decode()
     r = _rft("select", "--on-error", "skip", input=encode(traj("a")) + b"{not json\n")
     assert r.returncode == 0 and len(r.stdout.splitlines()) == 1
+
+
+def test_cli_select_resume_skips_kept_and_dropped(tmp_path):
+    recs = [traj("k1"), traj("d1", reward=-1.0), traj("k2"), traj("d2", reward=0.0)]
+    out, dropped = tmp_path / "kept.jsonl", tmp_path / "dropped.jsonl"
+    first = b"".join(encode(t) for t in recs[:2])
+    r = _rft("select", "-o", str(out), "--dropped", str(dropped), "--resume", input=first)
+    assert r.returncode == 0, r.stderr.decode()
+    every = b"".join(encode(t) for t in recs)
+    r = _rft("select", "-o", str(out), "--dropped", str(dropped), "--resume", input=every)
+    assert r.returncode == 0, r.stderr.decode()
+    assert [json.loads(x)["id"] for x in out.read_text().splitlines()] == ["k1", "k2"]
+    assert [json.loads(x)["id"] for x in dropped.read_text().splitlines()] == ["d1", "d2"]

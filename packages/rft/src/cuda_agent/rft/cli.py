@@ -94,12 +94,27 @@ def select(
         max_truncated_turns=max_truncated_turns,
         truncation_stop_reasons=tuple(truncation) if truncation else TRUNCATION_STOP_REASONS,
     )
+    import msgspec
+
     from .select import Drop, drop_reason
 
     stats = SelectStats()
+    already: set[str] = set()
+    if resume and dropped is not None and dropped.exists():
+        # drops of an interrupted run are done too (they are not in -o FILE)
+        from cuda_agent.records.jsonl import iter_lines, repair_tail
+
+        repair_tail(dropped)
+        for _, line in iter_lines(dropped):
+            try:
+                already.add(msgspec.json.decode(line, type=Drop).id)
+            except msgspec.DecodeError:
+                continue
     drops = RecordWriter(dropped, append=True) if dropped is not None else None
 
     def process(t: Trajectory):
+        if t.id in already:
+            return []
         why = drop_reason(t, cfg)
         if why is None:
             stats.kept += 1
