@@ -168,3 +168,21 @@ def test_filter_cli_counts_reasons_and_writes_rejected(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "0/0 passed" in p.stderr
     assert len(out.read_text().splitlines()) == 1 and len(rej.read_text().splitlines()) == 2
+
+
+def test_shrink_halves_size_constants_consistently():
+    from cuda_agent.opsynth.shrink import input_numel, shrink_source
+
+    src = GOOD.ref_code.replace(
+        "batch_size = 4\nfeatures = 64", "batch_size = 512\nfeatures = 4096"
+    )
+    src = src.replace("torch.randn(batch_size, features)", "torch.randn(batch_size, features)")
+    assert input_numel(src) == 512 * 4096
+    small, changed = shrink_source(src, 1 << 14)
+    assert input_numel(small) <= 1 << 14
+    assert changed["batch_size"][0] == 512 and changed["features"][0] == 4096
+    two = "import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n        return x\n\nheight, width = 512, 256\ndef get_inputs():\n    return [torch.randn(height, width)]\ndef get_init_inputs():\n    return []\n"
+    small, changed = shrink_source(two, 4096)
+    assert "height, width = 128, 32" in small or input_numel(small) <= 4096
+    assert changed["height"][0] == 512 and changed["width"][0] == 256
+    assert shrink_source(GOOD.ref_code, 1 << 20) == (GOOD.ref_code, {})
