@@ -796,12 +796,23 @@ def _cudart() -> Any:
         try:
             with open("/proc/self/maps") as f:
                 paths = {ln.split()[-1] for ln in f if "libcudart.so" in ln}
-            for p in sorted(paths):
-                with suppress(OSError):
-                    _CUDART = ctypes.CDLL(p)
-                    break
         except OSError:
-            pass
+            paths = set()
+        if not paths:  # torch may link cudart statically: use the runtime of its wheel, if any
+            import glob
+
+            for root in sys.path:
+                paths |= set(glob.glob(os.path.join(root, "nvidia", "cu*", "lib", "libcudart.so*")))
+                paths |= set(
+                    glob.glob(os.path.join(root, "nvidia", "cuda_runtime", "lib", "libcudart.so*"))
+                )
+            paths |= set(glob.glob("/usr/local/cuda/lib64/libcudart.so*"))
+        for p in sorted(paths):
+            try:
+                _CUDART = ctypes.CDLL(p)
+                break
+            except OSError:
+                continue
     return _CUDART or None
 
 
