@@ -141,7 +141,8 @@ def test_reference_leftover_in_freed_memory_rejected(ext) -> None:
         return r
 
     findings, refs, outs, _ = _run(Stale(ext), before=reference_in_same_process)
-    assert torch.equal(outs[0], refs[0])  # the hack 'passes' a naive check
+    # with the reference freed just before the call the hack often returns its exact output (a
+    # naive check passes); whatever the allocator hands back, poisoning exposes it
     assert "G-STALE-MEMORY" in _codes(findings), findings
 
 

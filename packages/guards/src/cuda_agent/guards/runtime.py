@@ -64,9 +64,11 @@ def fingerprint(t: torch.Tensor) -> tuple:
             w = b.view(torch.int16)
         else:
             w = b
+        # reductions only: no temporary as large as the tensor (the caching allocator's state
+        # is part of what is being checked)
         s1 = int(w.sum(dtype=torch.int64))
         s2 = int(w[::7].sum(dtype=torch.int64))
-        s3 = int((w[1::3].to(torch.int64) * 3 + 1).sum())
+        s3 = int(w[1::3].sum(dtype=torch.int64))
     return meta + (s1, s2, s3)
 
 
@@ -253,6 +255,7 @@ class RuntimeGuardImpl:
         self._installed = False
         self._own_cache: dict[int, str | None] = {}
         self._mutated = False
+        self._l2_base: tuple[int, int] | None = None
 
     # -- set-up -------------------------------------------------------------------------
 
@@ -270,6 +273,8 @@ class RuntimeGuardImpl:
                 self.own_module_names.add(name)
         self._snap = harness.snapshot(self.protect)
         self._threads_base = {t.ident or 0 for t in threading.enumerate()}
+        if self.backend == "cuda" and torch.cuda.is_available():
+            self._l2_base = l2_state()
         self._installed = True
         self.timings["install"] = time.perf_counter() - t0
 
@@ -450,7 +455,7 @@ class RuntimeGuardImpl:
         self._harness_check(f"during call {n}")
         self._judge_record(rec, n, inputs)
         if torch.cuda.is_available() and self.backend == "cuda":
-            _l2_check(self.fs, n)
+            _l2_check(self.fs, n, self._l2_base)
         self.timings["after_call"] = self.timings.get("after_call", 0.0) + time.perf_counter() - t0
 
     def _wait_os_threads(self, target: int, timeout: float) -> None:
@@ -816,30 +821,42 @@ def _cudart() -> Any:
     return _CUDART or None
 
 
-def _l2_check(fs: Findings, n: int) -> None:
-    """Persisting-L2 limit of the device and access-policy window of the current stream."""
+def l2_state() -> tuple[int, int] | None:
+    """(persisting-L2 limit of the device, access-policy window bytes of the current stream), or
+    ``None`` when the CUDA runtime cannot be queried."""
     import ctypes
 
     lib = _cudart()
     if lib is None:
-        return
+        return None
+    limit, window = -1, -1
     val = ctypes.c_size_t(0)
     with suppress(Exception):
-        if lib.cudaDeviceGetLimit(ctypes.byref(val), 0x06) == 0 and val.value > 0:
-            fs.add(
-                "G-L2-PERSIST",
-                f"call {n}: persisting-L2 limit set to {val.value} bytes",
-                "cudaLimitPersistingL2CacheSize",
-            )
+        if lib.cudaDeviceGetLimit(ctypes.byref(val), 0x06) == 0:
+            limit = int(val.value)
     buf = (ctypes.c_byte * 64)()
     with suppress(Exception):
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         if lib.cudaStreamGetAttribute(stream, 1, ctypes.byref(buf)) == 0:
-            num_bytes = ctypes.c_size_t.from_buffer(buf, 8).value
-            if num_bytes > 0:
-                fs.add(
-                    "G-L2-PERSIST",
-                    f"call {n}: the current stream has an L2 access-policy window "
-                    f"of {num_bytes} bytes",
-                    "cudaStreamAttributeAccessPolicyWindow",
-                )
+            window = int(ctypes.c_size_t.from_buffer(buf, 8).value)
+    return limit, window
+
+
+def _l2_check(fs: Findings, n: int, base: tuple[int, int] | None) -> None:
+    """A persisting-L2 limit or stream access-policy window that grew past its value at install
+    (the device's default limit is not zero on every GPU)."""
+    now = l2_state()
+    if now is None or base is None:
+        return
+    if now[0] > max(base[0], 0):
+        fs.add(
+            "G-L2-PERSIST",
+            f"call {n}: persisting-L2 limit raised from {base[0]} to {now[0]} bytes",
+            "cudaLimitPersistingL2CacheSize",
+        )
+    if now[1] > max(base[1], 0):
+        fs.add(
+            "G-L2-PERSIST",
+            f"call {n}: the current stream has an L2 access-policy window of {now[1]} bytes",
+            "cudaStreamAttributeAccessPolicyWindow",
+        )
