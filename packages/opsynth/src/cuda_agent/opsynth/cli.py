@@ -395,15 +395,20 @@ def dedup(
             raise fail(f"dedup: {e}") from None
     if not kernelbench:
         log("dedup: no --kernelbench reference given; only within-set duplicates are removed")
+    done_rejected: set[str] = set()
     if resume and output is not None and output.exists():
         for t in load_records(output):
             if isinstance(t, Task):
                 dd.add_kept(t.id, t.name, t.ref_code)
+    if resume and rejected is not None and rejected.exists():
+        done_rejected = {t.id for t in load_records(rejected) if isinstance(t, Task)}
     rej = RecordWriter(rejected) if rejected is not None else None
 
     def process(task: Task):
         import msgspec
 
+        if task.id in done_rejected:
+            return
         try:
             reason, info = dd.check(task.id, task.name, task.ref_code)
         except SyntaxError as e:
