@@ -192,6 +192,19 @@ def _error_text(out: Outcome, report: dict[str, Any]) -> str:
     return cap_text(f"{out.describe()}\n{out.stderr.strip()}", LOG_TAIL)
 
 
+def _parse_guards(raw: Any) -> list[GuardViolation]:
+    """Findings the candidate's process reported (malformed entries are dropped)."""
+    import msgspec
+
+    out: list[GuardViolation] = []
+    for g in raw if isinstance(raw, list) else []:
+        try:
+            out.append(msgspec.convert(g, GuardViolation))
+        except (msgspec.ValidationError, TypeError):
+            continue
+    return out
+
+
 def _static_guards(c: Candidate, policy: str) -> tuple[list[GuardViolation], list[str]]:
     """Static findings and the kernel names of the candidate's sources (for the runtime guard)."""
     try:
@@ -515,7 +528,7 @@ def _run_on_device(p: Prepared, gpu: str | None, slot: int) -> EvalResult:
     )
     if rep.get("state_dict"):
         p.meta["state_dict"] = rep["state_dict"]
-    runtime_guards = [GuardViolation(**g) for g in rep.get("guards", []) if isinstance(g, dict)]
+    runtime_guards = _parse_guards(rep.get("guards"))
     p.guards.extend(runtime_guards)
     if out.timed_out:
         corr.message = f"verification exceeded {cfg.verify_timeout_s:.0f}s"
@@ -622,7 +635,10 @@ def _run_on_device(p: Prepared, gpu: str | None, slot: int) -> EvalResult:
                 timing.speedup_vs_compile_ci = _ratio_ci(b.compile, cand_stats)
     from cuda_agent.guards.api import timing_checks
 
-    tg = list(timing_checks(timing, None)) if cfg.guard_policy != "off" else []
+    bound = _speed_of_light_ms(c, p.backend, gpu) if cfg.guard_policy != "off" else None
+    if bound is not None:
+        p.meta["speed_of_light_ms"] = round(bound, 6)
+    tg = list(timing_checks(timing, bound)) if cfg.guard_policy != "off" else []
     p.guards.extend(tg)
     if any(g.severity == "reject" for g in tg):
         return _result(
@@ -643,6 +659,48 @@ def _run_on_device(p: Prepared, gpu: str | None, slot: int) -> EvalResult:
         speedup_vs_eager=speed_e,
         speedup_vs_compile=speed_c,
     )
+
+
+_SOL_LOCK = threading.Lock()
+_SOL_CACHE: dict[str, float | None] = {}
+
+
+def _speed_of_light_ms(c: Candidate, backend: str, gpu: str | None) -> float | None:
+    """The profiler's lower bound on the task's time on this device (None when unknown). The
+    device ceilings are measured once, in a subprocess on the worker's GPU, then cached."""
+    if backend != "cuda":
+        return None
+    with _SOL_LOCK:
+        if c.task.id in _SOL_CACHE:
+            return _SOL_CACHE[c.task.id]
+        bound = None
+        try:
+            import subprocess
+
+            from cuda_agent.profiler.sol import count_work, estimate
+
+            env = dict(os.environ)
+            if gpu is not None:
+                env["CUDA_VISIBLE_DEVICES"] = gpu
+            code = "from cuda_agent.profiler.sol import get_ceilings; get_ceilings('cuda')"
+            subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=600)
+            import msgspec
+
+            from cuda_agent.profiler.baseline import cache_root as prof_cache
+            from cuda_agent.profiler.baseline import device_name, torch_version
+            from cuda_agent.profiler.config import PROTOCOL_VERSION
+            from cuda_agent.profiler.sol import Ceilings
+            from cuda_agent.records import content_id
+
+            # read the cache the subprocess filled (never measure here: no CUDA context in the parent)
+            key = content_id(device_name("cuda"), torch_version(), PROTOCOL_VERSION)
+            path = prof_cache() / "ceilings" / f"{key}.json"
+            ceilings = msgspec.json.decode(path.read_bytes(), type=Ceilings)
+            bound = estimate(count_work(c.task.ref_code), ceilings).bound_ms
+        except Exception:  # noqa: BLE001 - no bound rather than no result
+            bound = None
+        _SOL_CACHE[c.task.id] = bound
+        return bound
 
 
 def _protocol() -> str:

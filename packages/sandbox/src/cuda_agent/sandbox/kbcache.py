@@ -16,6 +16,7 @@ import importlib.util
 import inspect
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -25,6 +26,24 @@ from pathlib import Path
 from typing import Any
 
 BUILDS: list[dict[str, Any]] = []
+LIGHT_HEADERS = os.environ.get("CUDA_AGENT_KB_LIGHT_HEADERS", "1") != "0"
+_EXT_H = re.compile(r"#\s*include\s*[<\"]torch/extension\.h[>\"]")
+_LIGHT = "#include <torch/types.h>\n#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>\n"
+
+
+def _lighter(params: dict[str, Any]) -> dict[str, Any] | None:
+    """``params`` with ``torch/extension.h`` in the CUDA sources replaced by lighter headers,
+    or None when there is nothing to lighten."""
+    cuda = params.get("cuda_sources")
+    if not cuda:
+        return None
+    srcs = [cuda] if isinstance(cuda, str) else list(cuda)
+    if not any(_EXT_H.search(x) for x in srcs):
+        return None
+    new = [_EXT_H.sub(_LIGHT, x) for x in srcs]
+    return dict(params, cuda_sources=new[0] if isinstance(cuda, str) else new)
+
+
 _ORIG: dict[str, Any] = {}
 
 
@@ -89,7 +108,7 @@ def install(cache_root: str | os.PathLike[str]) -> None:
         t0 = time.monotonic()
         so = _find_so(final, name) if final.is_dir() else None
         if so is not None and params.get("is_python_module", True):
-            mod = _import(name, so)
+            mod = _import(so.name.split(".")[0], so)  # a fallback build may be named NAME_v1
             BUILDS.append({"name": name, "key": key, "hit": True, "seconds": time.monotonic() - t0})
             return mod
         build = Path(
@@ -97,8 +116,22 @@ def install(cache_root: str | os.PathLike[str]) -> None:
         )
         params["build_directory"] = str(build)
         params.setdefault("verbose", False)
+        light = _lighter(params) if kind == "load_inline" and LIGHT_HEADERS else None
+        light_used = False
         try:
-            mod = _ORIG[kind](**params)
+            mod = None
+            if light is not None:
+                # the CUDA part with lighter torch headers first (nvcc parsing torch/extension.h
+                # is most of a cold build); on any failure, the sources exactly as given
+                try:
+                    mod = _ORIG[kind](**light)
+                    light_used = True
+                except Exception:  # noqa: BLE001 - fall back to the original sources
+                    shutil.rmtree(build, ignore_errors=True)
+                    build.mkdir()
+                    mod = None
+            if mod is None:
+                mod = _ORIG[kind](**params)
         except BaseException as e:
             BUILDS.append(
                 {
@@ -111,7 +144,15 @@ def install(cache_root: str | os.PathLike[str]) -> None:
             )
             shutil.rmtree(build, ignore_errors=True)
             raise
-        BUILDS.append({"name": name, "key": key, "hit": False, "seconds": time.monotonic() - t0})
+        BUILDS.append(
+            {
+                "name": name,
+                "key": key,
+                "hit": False,
+                "seconds": time.monotonic() - t0,
+                "light_headers": light_used,
+            }
+        )
         try:  # publish: only the built module is needed by later loads
             os.chmod(build, 0o755)
             os.replace(build, final) if not final.exists() else None

@@ -1,0 +1,65 @@
+"""CLI conventions of `sandbox eval`: shards split a stream, malformed lines, --help fast."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from cuda_agent.records.jsonl import encode
+
+from .conftest import kb_candidate
+
+TORCH_OPS = (
+    "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+    "    def __init__(self, cols):\n        super().__init__()\n"
+    "        self.w = nn.Parameter(torch.empty(cols))\n        self.b = nn.Parameter(torch.empty(cols))\n"
+    "    def forward(self, x):\n        return torch.addcmul(self.b, x, self.w)\n"
+)
+
+
+def _eval(args, inp, cache_dir):
+    cmd = [
+        sys.executable,
+        "-m",
+        "cuda_agent.sandbox.cli",
+        "eval",
+        str(inp),
+        "--backend",
+        "cpu",
+        "--cache-dir",
+        str(cache_dir),
+        *args,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def test_shards_partition_the_stream_and_bad_lines_are_emitted(tmp_path, cache_dir, scale_add_task):
+    # statically rejected candidates: no process runs, so this is fast
+    cands = [kb_candidate(scale_add_task, TORCH_OPS + f"\n# {i}\n") for i in range(6)]
+    inp = tmp_path / "c.jsonl"
+    inp.write_bytes(b"".join(encode(c) for c in cands))
+    keys = []
+    for i in range(2):
+        p = _eval(["--shard", f"{i}/2"], inp, cache_dir)
+        assert p.returncode == 0, p.stderr[-2000:]
+        keys.append({json.loads(x)["solution_id"] for x in p.stdout.splitlines()})
+    assert keys[0].isdisjoint(keys[1]) and keys[0] | keys[1] == {c.solution.id for c in cands}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(encode(cands[0]) + b"{not json\n" + encode(cands[1]))
+    p = _eval(["--on-error", "emit"], bad, cache_dir)
+    kinds = [json.loads(x)["kind"] for x in p.stdout.splitlines()]
+    assert p.returncode == 0 and kinds == ["eval_result", "error", "eval_result"], p.stderr[-2000:]
+    p = _eval([], bad, cache_dir)
+    assert p.returncode == 2 and "line 2" in p.stderr
+    assert len(p.stdout.splitlines()) == 1  # the record before the bad line is not lost
+
+
+def test_help_is_fast():
+    p = subprocess.run(
+        [sys.executable, "-m", "cuda_agent.sandbox.cli", "eval", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 0 and "--gpus" in p.stdout and "--resume" in p.stdout
