@@ -138,6 +138,17 @@ def compose(
         bool,
         typer.Option("--allow-stochastic", help="Also draw stochastic seeds (dropout, noise)."),
     ] = False,
+    llm: Annotated[
+        str | None,
+        typer.Option(
+            "--llm",
+            help="OpenAI-compatible base URL: the model writes each composition (validated, "
+            "falls back to the programmatic one). Key from $OPENAI_API_KEY if set.",
+        ),
+    ] = None,
+    llm_model: Annotated[
+        str, typer.Option("--llm-model", help="Model name for --llm.")
+    ] = "default",
     output: OutputOpt = None,
     resume: ResumeOpt = False,
 ) -> None:
@@ -165,6 +176,10 @@ def compose(
         include_stochastic=allow_stochastic,
         categories=category,
     )
+    if llm:
+        from .llm import LLMConfig
+
+        cfg.llm = LLMConfig(url=llm, model=llm_model)
     done = done_keys(output) if resume and output is not None else set()
     hist: dict[int, int] = {}
     written = 0

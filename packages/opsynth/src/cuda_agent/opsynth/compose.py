@@ -43,6 +43,7 @@ class ComposeConfig:
     include_stochastic: bool = False
     categories: list[str] | None = None  # restrict the pool (None: all)
     attempts: int = 40  # seed draws per position before giving up on the chain
+    llm: Any = None  # an llm.LLMConfig: the model writes each composition (validated)
 
 
 def _fits_first(s: Seed) -> list[str]:
@@ -184,11 +185,31 @@ def compose(n: int, seed: int, cfg: ComposeConfig | None = None) -> Iterator[Tas
         except ComposeError:
             continue
         task = task_from_builder(b, chosen, {"compose_seed": seed, "draw": draws})
+        if cfg.llm is not None:
+            task = _llm_rewrite(task, cfg)
         if task.id in seen:
             continue
         seen.add(task.id)
         made += 1
         yield task
+
+
+def _llm_rewrite(task: Task, cfg: ComposeConfig) -> Task:
+    """The task written by the LLM when its answer validates, else the programmatic one."""
+    from .llm import llm_compose
+
+    code, info = llm_compose(cfg.llm, list(task.ops), task.ref_code)
+    if code is None:
+        return Task.make(
+            task.name,
+            task.ref_code,
+            source="opsynth",
+            ops=list(task.ops),
+            meta={**task.meta, "composer": "program", "llm": info},
+        )
+    meta = {**task.meta, "composer": "llm", "llm": info, "output_shape": info["output_shape"]}
+    meta.pop("input_shapes", None)
+    return Task.make(task.name, code, source="opsynth", ops=list(task.ops), meta=meta)
 
 
 __all__ = [
