@@ -45,6 +45,12 @@ def main() -> None:
         ("ops6k", d / "ops6k_kept.jsonl", d / "ops6k_rejected.jsonl"),
     ]:
         k, r = tasks(kept), tasks(rej)
+        # a second worker may have run the same sample in reverse order (*_rev files)
+        k += tasks(kept.with_name(kept.stem + "_rev.jsonl"))
+        r += tasks(rej.with_name(rej.stem + "_rev.jsonl"))
+        k = list({t.meta.get("filter", {}).get("input_id", t.id): t for t in k}.values())
+        seen = {t.meta.get("filter", {}).get("input_id", t.id) for t in k}
+        r = [t for t in {t.id: t for t in r}.values() if t.id not in seen]
         fr = filter_report(k, r)
         if name == "ops6k":
             errs = [t for t in r if t.meta["rejected"]["reason"] in ("eager_error", "load_error")]
