@@ -123,3 +123,28 @@ def test_hardcoded_shape_fails_at_an_unseen_size() -> None:
     assert diff is not None
     f = finding("G-SHAPE-GENERALISATION", "strict", "wrong at the resized shape", diff)
     assert f is not None and f.severity == "flag"
+
+
+def test_shape_check_flags_hardcoded_shape_and_passes_honest() -> None:
+    from cuda_agent.guards.shapes import shape_check
+    from cuda_agent.records import EvalResult, Status
+
+    from .runner import candidate
+
+    def verify(c):  # a real verification: reference and candidate run, outputs compared
+        prog = Program.from_source(c.task.ref_code, name=f"guards_sc_{c.task.id}")
+        cand = HARDCODED_SHAPE if c.solution.files == HARDCODED_SHAPE.files else HONEST[2]
+        refs, outs = run_on(cand, [prog.make_inputs("cpu", seed=1)], ref_code=c.task.ref_code)
+        ok = same_output(outs[0], refs[0], rtol=1e-4) is None
+        return EvalResult(
+            task_id=c.task.id,
+            solution_id=c.solution.id,
+            backend="cpu",
+            device="cpu",
+            status=Status.OK if ok else Status.INCORRECT,
+            message="" if ok else "mismatch",
+        )
+
+    bad = shape_check(candidate(HARDCODED_SHAPE), verify, factor=1.25)
+    assert [f.code for f in bad] == ["G-SHAPE-GENERALISATION"] and bad[0].severity == "flag"
+    assert shape_check(candidate(HONEST[2]), verify, factor=1.25) == []

@@ -2,7 +2,7 @@
 
 from .api import POLICIES, RuntimeGuard, output_checks, static_checks, timing_checks
 from .checks import CHECKS, Check, finding
-from .shapes import resize_task_source
+from .shapes import resize_task_source, resized_candidate, shape_check
 
 __all__ = [
     "CHECKS",
@@ -12,6 +12,8 @@ __all__ = [
     "finding",
     "output_checks",
     "resize_task_source",
+    "resized_candidate",
+    "shape_check",
     "static_checks",
     "timing_checks",
 ]

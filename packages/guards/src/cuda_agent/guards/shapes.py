@@ -8,6 +8,8 @@ flag, reported separately from the main verdict.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
+from typing import Any
 
 
 def _names_in(fn: ast.FunctionDef | None) -> set[str]:
@@ -109,3 +111,49 @@ def resize_task_source(
     out = "".join(lines)
     ast.parse(out)
     return out
+
+
+def resized_candidate(candidate: Any, factor: float = 0.75) -> Any | None:
+    """The same solution paired with the task resized by ``factor`` (``None`` when the task has no
+    size constant to change). The new task's ``meta.resized_from`` names the original."""
+    from cuda_agent.records import Candidate, Task
+
+    new = resize_task_source(candidate.task.ref_code, factor)
+    if new is None:
+        return None
+    t = candidate.task
+    meta = dict(t.meta, resized_from=t.id, resize_factor=factor)
+    task = Task.make(
+        f"{t.name}@x{factor:g}",
+        new,
+        source=t.source,
+        level=t.level,
+        problem_id=t.problem_id,
+        ops=t.ops,
+        meta=meta,
+    )
+    return Candidate(task=task, solution=candidate.solution, meta=dict(candidate.meta))
+
+
+def shape_check(
+    candidate: Any, verify: Callable[[Any], Any], factor: float = 0.75, policy: str = "strict"
+) -> list[Any]:
+    """Verify ``candidate`` once more at an unseen size with ``verify`` (e.g. the sandbox's
+    ``evaluate`` with timing off) and return a ``G-SHAPE-GENERALISATION`` flag when the result is
+    ``incorrect`` or ``runtime_error`` there. Other outcomes (no resizable constant, the resized
+    reference failing, infrastructure errors) give no finding: they say nothing about the kernel."""
+    from .checks import Findings
+
+    fs = Findings(policy)
+    rc = resized_candidate(candidate, factor)
+    if rc is None or policy == "off":
+        return fs.items
+    r = verify(rc)
+    status = str(getattr(r, "status", ""))
+    if status in ("incorrect", "runtime_error", "Status.INCORRECT", "Status.RUNTIME_ERROR"):
+        fs.add(
+            "G-SHAPE-GENERALISATION",
+            f"{status} at the resized task (factor {factor:g})",
+            (getattr(r, "message", "") or "")[:500],
+        )
+    return fs.items
