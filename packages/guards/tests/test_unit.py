@@ -263,3 +263,41 @@ def test_cli_check_list_and_resize(tmp_path) -> None:
     )
     out = json.loads(r.stdout)
     assert "N = 2049" in out["ref_code"] and out["meta"]["resized_from"] == task.id
+
+
+def test_token_own_kernel_next_to_torch_kernels() -> None:
+    from cuda_agent.guards.runtime import CallRecord, RuntimeGuardImpl
+
+    rec = CallRecord(
+        ops=["aten.empty_like.default", "aten.mm.default"],
+        kernels=[("tiny_kernel", 7), ("sm90_xmma_gemm_f32", 7)],
+        kernel_ns={"tiny_kernel": 1_000, "sm90_xmma_gemm_f32": 900_000},
+        marker_stream=7,
+    )
+    for policy, sev in (("kernelbench", "reject"), ("strict", "flag")):
+        g = RuntimeGuardImpl(policy, "cuda", ["tiny_kernel"], trace_kernels=False)
+        g._judge_record(rec, 1, [torch.randn(4)])
+        share = [f for f in g.fs.items if f.code == "G-NO-KERNEL"]
+        assert share and share[0].severity == sev and "0.1%" in share[0].message
+    honest = CallRecord(
+        kernels=[("tiny_kernel", 7)], kernel_ns={"tiny_kernel": 5_000}, marker_stream=7
+    )
+    g = RuntimeGuardImpl("kernelbench", "cuda", ["tiny_kernel"], trace_kernels=False)
+    g._judge_record(honest, 1, [torch.randn(4)])
+    assert g.fs.items == []
+
+
+def test_own_epilogue_next_to_own_cublas_is_real_work() -> None:
+    from cuda_agent.guards.runtime import CallRecord, RuntimeGuardImpl
+
+    # no torch compute dispatched: the big GEMM kernel came from the candidate's own cuBLAS call
+    rec = CallRecord(
+        ops=["aten.empty.memory_format"],
+        own_calls=["cuda_extension.gemm_bias_relu"],
+        kernels=[("bias_relu_kernel", 7), ("sm90_xmma_gemm_f32", 7)],
+        kernel_ns={"bias_relu_kernel": 1_000, "sm90_xmma_gemm_f32": 900_000},
+        marker_stream=7,
+    )
+    g = RuntimeGuardImpl("kernelbench", "cuda", ["bias_relu_kernel"], trace_kernels=False)
+    g._judge_record(rec, 1, [torch.randn(4)])
+    assert g.fs.items == []

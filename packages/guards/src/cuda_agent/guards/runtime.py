@@ -188,6 +188,7 @@ class CallRecord:
     casts: list[tuple[str, str]] = field(default_factory=list)
     own_calls: list[str] = field(default_factory=list)
     kernels: list[tuple[str, int]] = field(default_factory=list)  # (name, stream id)
+    kernel_ns: dict[str, int] = field(default_factory=dict)  # device time per kernel name
     marker_stream: int | None = None
     seconds: float = 0.0
 
@@ -258,6 +259,7 @@ class RuntimeGuardImpl:
         self._installed = False
         self._own_cache: dict[int, str | None] = {}
         self._mutated = False
+        self.min_own_share = 0.05  # kernelbench: own kernels must take at least this device time
         self._l2_base: tuple[int, int] | None = None
 
     # -- set-up -------------------------------------------------------------------------
@@ -357,7 +359,7 @@ class RuntimeGuardImpl:
             if prof is not None:
                 torch.cuda.synchronize()
                 prof.__exit__(None, None, None)
-                rec.kernels, rec.marker_stream = _kernels_of(prof)
+                rec.kernels, rec.marker_stream = _kernels_of(prof, rec.kernel_ns)
             self.records.append(rec)
             self.timings["post"] = self.timings.get("post", 0.0) + time.perf_counter() - t2
 
@@ -499,6 +501,24 @@ class RuntimeGuardImpl:
                 f"call {n} ran none of the candidate's own kernels or functions",
                 f"ops: {', '.join(sorted(set(rec.ops))[:10])}; kernels: "
                 f"{', '.join(sorted({k for k, _ in rec.kernels})[:6])}",
+            )
+        own_ns = sum(v for k, v in rec.kernel_ns.items() if self._kernel_is_own(k))
+        # torch's share: ATen kernels, plus library kernels when torch compute ops were dispatched
+        # (cuBLAS/cuDNN called by the candidate's own C++ count as the candidate's work)
+        torch_ns = sum(
+            v
+            for k, v in rec.kernel_ns.items()
+            if not self._kernel_is_own(k) and (compute or "at::native" in k)
+        )
+        total_ns = own_ns + torch_ns
+        if own_kernels and total_ns > 0 and own_ns < self.min_own_share * total_ns:
+            # the own kernels are a token next to library/torch kernels doing the work
+            self.fs.add(
+                "G-NO-KERNEL",
+                f"call {n}: the candidate's own kernels took {own_ns / total_ns:.1%} of the "
+                "device time",
+                f"own {own_ns} ns of {total_ns} ns",
+                severity=None if self.policy == "kernelbench" else "flag",
             )
         if rec.kernels and rec.marker_stream is not None:
             off = sorted({k for k, s in rec.kernels if s != rec.marker_stream})
@@ -758,9 +778,11 @@ def _differs(a: Sequence[Any], b: Sequence[Any]) -> bool:
     return False
 
 
-def _kernels_of(prof: Any) -> tuple[list[tuple[str, int]], int | None]:
+def _kernels_of(
+    prof: Any, durations: dict[str, int] | None = None
+) -> tuple[list[tuple[str, int]], int | None]:
     """(kernel name, stream id) of every CUDA kernel in a finished profile, and the stream of the
-    guard's marker kernel (the first fill kernel)."""
+    guard's marker kernel (the first fill kernel); ``durations`` collects device ns per name."""
     out: list[tuple[str, int]] = []
     marker = None
     try:
@@ -788,6 +810,9 @@ def _kernels_of(prof: Any) -> tuple[list[tuple[str, int]], int | None]:
             marker = stream
             continue
         out.append((name, stream))
+        if durations is not None:
+            with suppress(AttributeError, RuntimeError):
+                durations[name] = durations.get(name, 0) + int(e.duration_ns())
     return out, marker
 
 
