@@ -301,3 +301,20 @@ def test_own_epilogue_next_to_own_cublas_is_real_work() -> None:
     g = RuntimeGuardImpl("kernelbench", "cuda", ["bias_relu_kernel"], trace_kernels=False)
     g._judge_record(rec, 1, [torch.randn(4)])
     assert g.fs.items == []
+
+
+def test_user_helpers_named_like_cuda_are_not_interposition() -> None:
+    body = """#include <cuda_runtime.h>
+#include <cstdio>
+inline void cudaCheck(cudaError_t e) { if (e != cudaSuccess) printf("%s", cudaGetErrorString(e)); }
+static void cuda_assert(int ok) { if (!ok) printf("bad"); }
+__global__ void k(float* y) { y[0] = 1.f; }
+void launch(float* y, cudaStream_t s) { k<<<1, 1, 0, s>>>(y); cudaCheck(cudaGetLastError()); }"""
+    fs = Findings("strict")
+    scan_sources([CSource("k.cu", body)], fs)
+    assert _codes(fs.items) == set(), fs.items
+    fs = Findings("strict")
+    scan_sources(
+        [CSource("k.cu", "cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }")], fs
+    )
+    assert "G-TIMER-PATCH" in _codes(fs.items)

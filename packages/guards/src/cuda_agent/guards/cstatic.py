@@ -889,7 +889,9 @@ def scan_text(text: str, where: str, fs: Findings, float32_task: bool, result: C
         )
     # interposition: candidate defines a function with a CUDA/driver/libc API name
     for m in re.finditer(
-        r"(?:^|[;}\s])(?:extern\s+\"C\"\s+)?[\w*&\s]+?\b(cuda\w+|cu[A-Z]\w+|cublas\w+|"
+        r"(?:^|[;}\s])(?:extern\s+\"C\"\s+)?[\w*&\s]+?\b("
+        r"(?:cuda|cu)(?:Event|Stream|Device|Ctx|Launch|Memcpy|Memset|Malloc|Free|Graph|GetLastError|"
+        r"PeekAtLastError|Func|Occupancy)\w*|cublas[A-Z]\w*|cudnn[A-Z]\w*|"
         r"clock_gettime|gettimeofday)\s*\([^;{}()]*\)\s*\{",
         text,
     ):
