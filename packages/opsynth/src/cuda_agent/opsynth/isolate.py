@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import select
 import signal
@@ -72,6 +73,9 @@ def _handle(req: dict[str, Any]) -> dict[str, Any]:
 
         torch.set_num_threads(int(req.get("threads", 1)))
     _limit_memory(req.get("mem_gb"))
+    if req.get("_alarm"):  # spawn mode: the task's wall clock starts after the imports;
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)  # SIGALRM's default action ends us
+        signal.alarm(max(1, int(math.ceil(float(req.get("timeout_s", 120))))))
     try:
         return run_probe(req["source"], cfg)
     except MemoryError:
@@ -187,6 +191,7 @@ def _serve() -> int:
 
 def _one() -> int:
     req = json.loads(sys.stdin.read())
+    req["_alarm"] = True
     real_stdout = os.dup(1)
     os.dup2(2, 1)  # the task's prints go to stderr
     res = _handle(req)
@@ -284,6 +289,13 @@ class Isolator:
                 "detail": f"killed after {req['timeout_s']:.0f} s",
             }
         secs = round(time.monotonic() - t0, 3)
+        if p.returncode == -signal.SIGALRM:
+            return {
+                "ok": False,
+                "reason": "timeout",
+                "detail": f"killed after {req['timeout_s']:.0f} s",
+                "seconds": secs,
+            }
         lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
         if p.returncode != 0 or not lines:
             why = (
