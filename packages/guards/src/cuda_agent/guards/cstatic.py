@@ -1094,12 +1094,13 @@ def scan_sources(sources: list[CSource], fs: Findings, float32_task: bool = True
         safe_names[rel] = s.name
         prepared[rel] = _prepare(s.text, local, fs, s.name)
     outputs: list[dict[str, str]] = []
-    for config in ("host", "cuda-host", "cuda-device"):
-        pp = preprocess(prepared, config)
-        if pp is None:
-            outputs = []
-            break
-        outputs.append(pp)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=3) as pool:  # three compiler processes at once
+        results = list(
+            pool.map(lambda c: preprocess(prepared, c), ("host", "cuda-host", "cuda-device"))
+        )
+    outputs = [] if any(pp is None for pp in results) else [pp for pp in results if pp is not None]
     if not outputs:
         result.preprocessed = False
         fs.add(
