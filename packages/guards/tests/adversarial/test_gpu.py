@@ -219,3 +219,26 @@ if os.environ.get("GUARDS_GPU_BENCH"):
             f"GUARD-COST bare_call_ms={bare * 1e3:.3f} "
             + " ".join(f"{k}_ms={v * 1e3:.1f}" for k, v in timings.items())
         )
+
+
+def test_honest_triton_candidate_passes() -> None:
+    pytest.importorskip("triton")
+    from cuda_agent.profiler.program import load_module
+
+    from .corpus import TRITON_ADD
+
+    guard = RuntimeGuard("strict", backend="cuda", own_kernels=["scaled_add_kernel"])
+    model = load_module(TRITON_ADD, name="guards_triton_cand").ModelNew(0.5)
+    guard.install()
+    with torch.no_grad():
+        for s in range(3):
+            g = torch.Generator(device="cuda").manual_seed(s)
+            x = torch.randn(64, 8192, device="cuda", generator=g)
+            y = torch.randn(64, 8192, device="cuda", generator=g)
+            with guard.watch([x, y]):
+                out = model(x, y)
+            guard.after_call([x, y], out)
+            assert torch.allclose(out, x + 0.5 * y)
+        guard.probe(model, [x, y], out)
+    findings = guard.finish()
+    assert _codes(findings) == set(), findings
