@@ -28,7 +28,7 @@ from typing import Any
 BUILDS: list[dict[str, Any]] = []
 LIGHT_HEADERS = os.environ.get("CUDA_AGENT_KB_LIGHT_HEADERS", "1") != "0"
 _EXT_H = re.compile(r"#\s*include\s*[<\"]torch/extension\.h[>\"]")
-_LIGHT = "#include <torch/types.h>\n#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>\n"
+_LIGHT = "#include <torch/types.h>\n"  # what CUDA code uses of torch/extension.h, minus torch/all.h and Python
 
 
 def _lighter(params: dict[str, Any]) -> dict[str, Any] | None:
