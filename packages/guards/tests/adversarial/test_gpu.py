@@ -221,14 +221,18 @@ if os.environ.get("GUARDS_GPU_BENCH"):
         )
 
 
-def test_honest_triton_candidate_passes() -> None:
+def test_honest_triton_candidate_passes(tmp_path) -> None:
     pytest.importorskip("triton")
-    from cuda_agent.profiler.program import load_module
-
     from .corpus import TRITON_ADD
 
     guard = RuntimeGuard("strict", backend="cuda", own_kernels=["scaled_add_kernel"])
-    model = load_module(TRITON_ADD, name="guards_triton_cand").ModelNew(0.5)
+    path = tmp_path / "guards_triton_cand.py"  # @triton.jit needs its source in a file
+    path.write_text(TRITON_ADD)
+    spec = importlib.util.spec_from_file_location("guards_triton_cand", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["guards_triton_cand"] = mod
+    spec.loader.exec_module(mod)
+    model = mod.ModelNew(0.5)
     guard.install()
     with torch.no_grad():
         for s in range(3):
