@@ -64,7 +64,7 @@ class Outcome:
     seconds: float
     stdout: str
     stderr: str
-    killed_for: str = ""  # "timeout" | "memory" | ""
+    killed_for: str = ""  # "timeout" | "memory" | "processes" | ""
     isolation: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -78,6 +78,8 @@ class Outcome:
             return f"killed after the {self.seconds:.0f}s wall-clock limit"
         if self.killed_for == "memory":
             return "killed: resident memory over the limit"
+        if self.killed_for == "processes":
+            return "killed: process limit reached (fork bomb?)"
         if self.signal:
             try:
                 name = signal.Signals(self.signal).name
@@ -267,6 +269,18 @@ def _kill_cgroup(cg: Path) -> None:
         cg.rmdir()
 
 
+def _pids_max_hits(cg: Path) -> int:
+    """How often the cgroup refused a fork for its pids.max (``pids.events``: ``max N``)."""
+    for line in _read(cg / "pids.events").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "max":
+            try:
+                return int(parts[1])
+            except ValueError:
+                return 0
+    return 0
+
+
 def kill_uid(uid: int) -> None:
     """SIGKILL every process of ``uid`` (from a helper running as that uid)."""
     with contextlib.suppress(OSError, subprocess.TimeoutExpired):
@@ -381,10 +395,13 @@ def run_confined(
         if now >= deadline:
             killed_for = "timeout"
             break
-        if limits.rss_mb and now >= next_mem:
+        if now >= next_mem:
             next_mem = now + 0.25
-            if _tree_rss_mb(proc.pid) > limits.rss_mb:
+            if limits.rss_mb and _tree_rss_mb(proc.pid) > limits.rss_mb:
                 killed_for = "memory"
+                break
+            if cg is not None and _pids_max_hits(cg) > 0:
+                killed_for = "processes"  # a fork bomb: stop it now, not at the deadline
                 break
     # sweep: group, cgroup, uid, then the main process itself
     with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -208,6 +208,14 @@ def main(argv: list[str]) -> int:
         if cfg.get("read_only_fs", True):
             step("read_only_fs", lambda: _read_only_fs(writable))
         step("proc", lambda: _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC))
+        if cfg.get("private_shm", True) and os.path.isdir("/dev/shm"):
+            # a private /dev/shm: nothing left there outlives the namespace
+            step(
+                "shm",
+                lambda: _mount(
+                    "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=4g"
+                ),
+            )
         if failed:
             finish_report()
             sys.stderr.write(f"jail: required step(s) failed: {', '.join(failed)}: {report}\n")
