@@ -96,6 +96,9 @@ def rollout(
         "runs/agent-workspaces"
     ),
     no_eval: Annotated[bool, typer.Option("--no-eval", help="Skip the final evaluation.")] = False,
+    no_skill: Annotated[
+        bool, typer.Option("--no-skill", help="Leave SKILL.md out of the prompt (ablation).")
+    ] = False,
     output: OutputOpt = None,
     resume: ResumeOpt = False,
     on_error: OnErrorOpt = OnError.stop,
@@ -139,6 +142,7 @@ def rollout(
         max_new_tokens=max_new_tokens,
         max_context_tokens=max_context,
         evaluate=not no_eval,
+        include_skill=not no_skill,
     )
     runner = EpisodeRunner(pol, env, cfg, workdir)
     with RecordWriter(output) as w:

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from cuda_agent.records import EvalResult, RecordWriter, Task
+from cuda_agent.records import EvalResult, RecordWriter, Task, Trajectory
 from cuda_agent.records.cli_helpers import (
     InputArg,
     OnError,
@@ -197,7 +197,8 @@ def report(
     threshold: Annotated[float, typer.Option(help="Margin for '>5% faster'.")] = 0.05,
     on_error: OnErrorOpt = OnError.stop,
 ) -> None:
-    """Summarise EvalResult records per level and overall; JSON on stdout.
+    """Summarise EvalResult records (or agent Trajectory records) per level and overall; JSON on
+    stdout.
 
     Without --tasks, the level and problem id come from each result's meta (set by `run`).
 
@@ -207,11 +208,20 @@ def report(
     from .report import markdown, plot
 
     results: list[EvalResult] = []
+
+    def take(r):
+        if isinstance(r, Trajectory):  # an agent's episode: its final evaluation
+            if r.eval_result is not None:
+                results.append(r.eval_result)
+        else:
+            results.append(r)
+        return ()
+
     run_stream(
-        lambda r: results.append(r) or (),
+        take,
         input=input,
         on_error=on_error,
-        expect=(EvalResult,),
+        expect=(EvalResult, Trajectory),
         key=lambda r: "",
         quiet=True,
     )

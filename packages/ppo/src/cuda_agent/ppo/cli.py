@@ -85,5 +85,23 @@ def check_config(
     print(json.dumps(msgspec.to_builtins(cfg), indent=2))
 
 
+@app.command("config-env")
+def config_env(
+    config: Annotated[Path, typer.Option("--config", help="TOML config.")],
+    set_: Annotated[list[str] | None, typer.Option("--set", help="section.key=value")] = None,
+) -> None:
+    """Print the validated config as shell exports (CA_SECTION_KEY=value), for bin/ scripts.
+
+    Example: eval "$(ppo config-env --config configs/tiny-cpu.toml)"; echo $CA_PPO_STEPS
+    """
+    from .config import ConfigError, load_config, shell_env
+
+    try:
+        cfg = load_config(config, set_ or [])
+    except ConfigError as e:
+        raise fail(str(e)) from None
+    print(shell_env(cfg), end="")
+
+
 if __name__ == "__main__":
     app()

@@ -92,6 +92,31 @@ class TrainCfg(_Cfg):
     tensorboard: bool = True
 
 
+class PipelineCfg(_Cfg):
+    """Stages of ``bin/train_all.sh`` around PPO (read by the script through ``ppo config-env``)."""
+
+    data: Literal["synth", "ops6k", "tasks"] = "synth"  # where training tasks come from
+    tasks_file: str | None = None  # data = "tasks": an existing Task JSONL
+    ops6k: str | None = None  # data = "ops6k": the released parquet
+    synth_n: int = 6000  # data = "synth": composed tasks before filtering
+    synth_size: Literal["auto", "cpu", "gpu"] = "auto"  # shapes sized for the backend
+    synth_compile_check: bool = True  # filter also runs torch.compile (slow on a CPU)
+    limit_tasks: int = 0  # keep only the first N tasks (0: all)
+    baselines: bool = True  # fill Task.baseline with `profiler baseline` (cuda only)
+    warmup_steps: int = 50  # single-turn PPO warm-up steps (0: skip the stage)
+    collect_samples: int = 4  # agent episodes per task for RFT / critic data
+    collect_tasks: int = 0  # tasks used for collection (0: all)
+    rft_lr: float = 1e-5
+    rft_epochs: float = 2.0
+    rft_min_reward: float = 0.0  # keep trajectories with reward > this
+    critic_lr: float = 1e-5
+    critic_epochs: float = 1.0
+    deepspeed: str | None = None  # DeepSpeed JSON for rft / critic (e.g. configs/ds_zero2.json)
+    kernelbench: str | None = None  # a KernelBench checkout: evaluate the final actor on it
+    kb_levels: str = "1,2,3"
+    kb_problems: str | None = None  # e.g. "1-10" for a quick look
+
+
 class PPOConfig(_Cfg):
     model: ModelCfg = msgspec.field(default_factory=ModelCfg)
     data: DataCfg = msgspec.field(default_factory=DataCfg)
@@ -100,6 +125,7 @@ class PPOConfig(_Cfg):
     reward: RewardCfg = msgspec.field(default_factory=RewardCfg)
     ppo: PPOCfg = msgspec.field(default_factory=PPOCfg)
     train: TrainCfg = msgspec.field(default_factory=TrainCfg)
+    pipeline: PipelineCfg = msgspec.field(default_factory=PipelineCfg)
 
 
 class ConfigError(ValueError):
@@ -129,3 +155,18 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> PPOConf
         return msgspec.convert(data, PPOConfig)
     except msgspec.ValidationError as e:
         raise ConfigError(f"{p}: {e}") from None
+
+
+def shell_env(cfg: PPOConfig, prefix: str = "CA") -> str:
+    """Every key as ``export CA_SECTION_KEY=value`` lines (shell-quoted; booleans 1/0; None empty)."""
+    import shlex
+
+    lines = []
+    for section, values in msgspec.to_builtins(cfg).items():
+        for key, v in values.items():
+            if isinstance(v, bool):
+                v = "1" if v else "0"
+            elif v is None:
+                v = ""
+            lines.append(f"export {prefix}_{section.upper()}_{key.upper()}={shlex.quote(str(v))}")
+    return "\n".join(lines) + "\n"

@@ -472,7 +472,26 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
         if (step + 1) % max(cfg.train.save_every, 1) == 0 or step + 1 == cfg.ppo.steps:
             _save(out, step + 1, actor, critic, tok, opt_a, opt_c, device, cfg, dist)
     mlog.close()
+    if dist.main and history:
+        _publish_final(out)
     return history
+
+
+def _publish_final(out: Path) -> None:
+    """``OUT/final``: the actor of the newest checkpoint (what the next stage loads)."""
+    from cuda_agent.rft.trainer import latest_checkpoint
+
+    ck = latest_checkpoint(out)
+    if ck is None:
+        return
+    tmp = out / ".tmp-final"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(ck / "actor", tmp)
+    shutil.rmtree(out / "final", ignore_errors=True)
+    tmp.rename(out / "final")
+    if (ck / "critic").exists():
+        shutil.rmtree(out / "final-critic", ignore_errors=True)
+        shutil.copytree(ck / "critic", out / "final-critic")
 
 
 class _Means:
