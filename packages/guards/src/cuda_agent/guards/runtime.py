@@ -376,7 +376,12 @@ class RuntimeGuardImpl:
         plain: list[torch.Tensor] = []
         for i, o in enumerate(leaves):
             problem = _output_problem(o, self.backend)
-            if problem:
+            if problem and problem.startswith("is on "):
+                # a device the reference may share (e.g. a .cpu() result): the parent's structure
+                # check decides; here it is only recorded
+                self.fs.add("G-OUTPUT-TYPE", f"output {i} {problem}", f"call {n}", severity="flag")
+                plain.append(o)
+            elif problem:
                 self.fs.add("G-OUTPUT-TYPE", f"output {i} {problem}", f"call {n}: {type(o)!r}")
             elif isinstance(o, torch.Tensor):
                 plain.append(o)
