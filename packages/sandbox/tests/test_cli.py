@@ -63,3 +63,16 @@ def test_help_is_fast():
         timeout=60,
     )
     assert p.returncode == 0 and "--gpus" in p.stdout and "--resume" in p.stdout
+
+
+def test_gpu_selection_is_relative_to_visible_devices(monkeypatch):
+    from cuda_agent.sandbox.pool import parse_gpus
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert parse_gpus("all") == ["2", "3"]
+    assert parse_gpus("1") == ["3"]
+    assert parse_gpus(None) is None
+    import pytest
+
+    with pytest.raises(ValueError):
+        parse_gpus("5")

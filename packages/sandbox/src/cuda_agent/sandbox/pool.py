@@ -54,12 +54,23 @@ def visible_gpus() -> list[str]:
 
 
 def parse_gpus(spec: str | None) -> list[str] | None:
-    """``"all"`` -> every visible GPU, ``"0,1"`` -> ["0", "1"], None -> None (default)."""
+    """``"all"`` -> every visible GPU, ``"0,1"`` -> the first two visible GPUs (physical ids when
+    CUDA_VISIBLE_DEVICES is set), None -> None (default)."""
     if spec is None:
         return None
     if spec.strip() == "all":
         return visible_gpus()
-    return [g.strip() for g in spec.split(",") if g.strip()]
+    ids = [g.strip() for g in spec.split(",") if g.strip()]
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env:  # indices are relative to the devices this process may see
+        visible = [g.strip() for g in env.split(",") if g.strip()]
+        try:
+            return [visible[int(i)] for i in ids]
+        except (ValueError, IndexError):
+            raise ValueError(
+                f"--gpus {spec}: CUDA_VISIBLE_DEVICES={env} has {len(visible)} devices"
+            ) from None
+    return ids
 
 
 class SandboxPool:
