@@ -166,9 +166,13 @@ def eval_cmd(
                 continue
             yield rec
 
+    try:
+        gpu_list = parse_gpus(gpus)
+    except ValueError as e:
+        raise fail(str(e)) from None
     t0 = time.monotonic()
     with SandboxPool(
-        cfg, gpus=parse_gpus(gpus), compile_workers=compile_jobs, cpu_workers=cpu_workers
+        cfg, gpus=gpu_list, compile_workers=compile_jobs, cpu_workers=cpu_workers
     ) as pool:
         log(
             f"sandbox eval: backend={pool.backend} devices={','.join(pool.devices)} compile workers={compile_jobs}"
