@@ -125,7 +125,9 @@ class TaskFilter:
             if not self.cfg.rescale or len(rescales) >= self.cfg.max_rescales:
                 return self._drop(task, reason, detail, res, rescales)
             target = math.sqrt(lo * hi)
-            factor = min(64.0, max(1 / 64, target / max(ms, 1e-6)))
+            # at most 64x up or down in total: time is rarely linear in batch at small sizes
+            done = math.prod(r["batch_size"][1] / r["batch_size"][0] for r in rescales)
+            factor = min(64.0 / done, max(1 / (64 * done), target / max(ms, 1e-6)))
             rs = rescale_source(source, factor)
             if rs is None:
                 return self._drop(
