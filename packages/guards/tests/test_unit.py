@@ -324,3 +324,19 @@ def test_exact_constant_where_reference_only_has_rounding_noise() -> None:
     ref = [torch.ones(64) + torch.randn(64) * 1e-7 for _ in range(3)]  # e.g. rows of softmax summed
     cand = [torch.ones(64) for _ in range(3)]
     assert "G-DEGENERATE" not in _codes(output_checks(ref, cand))
+
+
+def test_profiler_flags_that_hide_the_true_cost_reject():
+    from cuda_agent.guards import timing_checks
+    from cuda_agent.records import TimingDetail, TimingStats
+
+    def td(*flags):
+        return TimingDetail(
+            protocol_version="p", candidate=TimingStats(median_ms=1.0, n=10, flags=list(flags))
+        )
+
+    codes = {f.code: f.severity for f in timing_checks(td("stale_output", "deferred_work"))}
+    assert codes == {"G-CACHE": "reject", "G-DEFERRED": "reject"}
+    # flags where the protocol charged the true cost are not guard findings
+    assert timing_checks(td("async_work", "background_thread", "cuda_graph")) == []
+    assert timing_checks(td("stale_output"), policy="off") == []

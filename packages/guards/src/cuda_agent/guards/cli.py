@@ -21,7 +21,14 @@ from cuda_agent.records.cli_helpers import (
 )
 
 app = typer.Typer(
-    help="Anti-reward-hacking guards: static verdicts, the check registry, resized tasks.",
+    help="""Anti-reward-hacking guards: static verdicts, the check registry, resized tasks.
+
+Examples:
+
+  guards check --policy strict < candidates.jsonl > verdicts.jsonl
+
+  guards list --markdown
+""",
     no_args_is_help=True,
     add_completion=False,
 )

@@ -26,8 +26,17 @@ from cuda_agent.records.cli_helpers import (
 )
 
 app = typer.Typer(
-    help="GPU timing the reward can trust: L2-flushed, interleaved, adaptive; baselines; "
-    "speed-of-light; Nsight Compute summaries.",
+    help="""GPU timing the reward can trust: L2-flushed, interleaved, adaptive; baselines;
+speed-of-light; Nsight Compute summaries.
+
+Examples:
+
+  profiler time tests/fixtures/KernelBench/level1/1_ReLU.py --device cuda
+
+  profiler baseline --device cuda < tasks.jsonl > tasks_with_baselines.jsonl
+
+  profiler ceilings --device cuda
+""",
     no_args_is_help=True,
     add_completion=False,
 )
