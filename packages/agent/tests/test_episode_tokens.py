@@ -1,36 +1,14 @@
 """Token-exactness of episodes: ids decode to the transcript; the mask covers exactly the policy."""
 
-from pathlib import Path
-
 import pytest
 
 from cuda_agent.agent.episode import EpisodeConfig, EpisodeRunner, turn_boundary
 from cuda_agent.agent.models import load_tokenizer
 from cuda_agent.agent.policy import HFPolicy, ScriptedPolicy
 from cuda_agent.agent.toolcalls import format_tool_call
-from cuda_agent.agent.tools import DEFAULT_PROTECTED
 from cuda_agent.records import Task
 
 REF = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
-
-
-class DirEnv:
-    """A workspace that is only a directory (no Bash, no evaluation): enough to test tokens."""
-
-    backend = "cpu"
-    protected = DEFAULT_PROTECTED
-
-    def make_workspace(self, task, root: Path) -> Path:
-        root.mkdir(parents=True)
-        (root / "SKILL.md").write_text("You write kernels.")
-        (root / "model.py").write_text(task.ref_code)
-        return root
-
-    def bash(self, root, command, timeout):
-        raise AssertionError("not used")
-
-    def evaluate(self, candidate):
-        raise AssertionError("not used")
 
 
 SCRIPT = [
@@ -47,10 +25,10 @@ def tok(tiny_model_dir):
     return load_tokenizer(tiny_model_dir)
 
 
-def test_scripted_episode_is_token_exact(tmp_path, tok):
+def test_scripted_episode_is_token_exact(tmp_path, tok, dir_env):
     task = Task.make("Identity", REF)
     runner = EpisodeRunner(
-        ScriptedPolicy(tok, SCRIPT), DirEnv(), EpisodeConfig(evaluate=False), tmp_path
+        ScriptedPolicy(tok, SCRIPT), dir_env, EpisodeConfig(evaluate=False), tmp_path
     )
     (traj,) = runner.run([(task, 0)])
     assert traj.stop_reason == "submit"
@@ -83,31 +61,31 @@ def test_turn_boundary_chatml(tok):
     assert b == "\n<|im_start|>user\nOBS<|im_end|>\n<|im_start|>assistant\n"
 
 
-def test_limits_stop_episodes(tmp_path, tok):
+def test_limits_stop_episodes(tmp_path, tok, dir_env):
     task = Task.make("Identity", REF)
     loop = [format_tool_call("Glob", {"pattern": "*"})] * 10
     cfg = EpisodeConfig(evaluate=False, max_turns=3)
-    (t,) = EpisodeRunner(ScriptedPolicy(tok, loop), DirEnv(), cfg, tmp_path / "a").run([(task, 0)])
+    (t,) = EpisodeRunner(ScriptedPolicy(tok, loop), dir_env, cfg, tmp_path / "a").run([(task, 0)])
     assert t.stop_reason == "max_turns" and t.counters["turns"] == 3
     assert t.counters["repeated_actions"] == 2
     cfg = EpisodeConfig(evaluate=False, max_context_tokens=len(t.token_ids) - 50, max_new_tokens=64)
-    (t2,) = EpisodeRunner(ScriptedPolicy(tok, loop), DirEnv(), cfg, tmp_path / "b").run([(task, 0)])
+    (t2,) = EpisodeRunner(ScriptedPolicy(tok, loop), dir_env, cfg, tmp_path / "b").run([(task, 0)])
     assert t2.stop_reason == "context_overflow" and t2.counters["turns"] < 3
     # stopped because the next turn would not fit, never past the budget
     assert len(t2.token_ids) <= cfg.max_context_tokens < len(t2.token_ids) + cfg.max_new_tokens
     idle = ["thinking"] * 5
     cfg = EpisodeConfig(evaluate=False, max_idle_turns=2)
-    (t3,) = EpisodeRunner(ScriptedPolicy(tok, idle), DirEnv(), cfg, tmp_path / "c").run([(task, 0)])
+    (t3,) = EpisodeRunner(ScriptedPolicy(tok, idle), dir_env, cfg, tmp_path / "c").run([(task, 0)])
     assert t3.stop_reason == "no_tool_call" and t3.counters["turns"] == 2
 
 
-def test_hf_policy_logprobs_match_a_forward_pass(tmp_path, tiny_model_dir):
+def test_hf_policy_logprobs_match_a_forward_pass(tmp_path, tiny_model_dir, dir_env):
     import torch
 
     policy = HFPolicy.load(str(tiny_model_dir), temperature=1.0, seed=0)
     task = Task.make("Identity", REF)
     cfg = EpisodeConfig(evaluate=False, max_turns=2, max_new_tokens=24)
-    runner = EpisodeRunner(policy, DirEnv(), cfg, tmp_path)
+    runner = EpisodeRunner(policy, dir_env, cfg, tmp_path)
     trajs = runner.run([(task, 0), (task, 1)])  # a batch of two, left-padded
     for t in trajs:
         ids = torch.tensor([t.token_ids])

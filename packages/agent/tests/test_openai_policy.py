@@ -3,31 +3,12 @@
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
 from cuda_agent.agent.episode import EpisodeConfig, EpisodeRunner
 from cuda_agent.agent.openai_policy import OpenAIPolicy
-from cuda_agent.agent.tools import DEFAULT_PROTECTED
 from cuda_agent.records import Task
-
-
-class _Env:
-    backend = "cpu"
-    protected = DEFAULT_PROTECTED
-
-    def make_workspace(self, task, root: Path) -> Path:
-        root.mkdir(parents=True)
-        (root / "SKILL.md").write_text("skill")
-        (root / "model.py").write_text(task.ref_code)
-        return root
-
-    def bash(self, root, command, timeout):
-        raise AssertionError("not used")
-
-    def evaluate(self, candidate):
-        raise AssertionError("not used")
 
 
 def _call(cid, name, args):
@@ -87,11 +68,11 @@ def server():
     srv.shutdown()
 
 
-def test_openai_episode_native_tool_calls(tmp_path, server):
+def test_openai_episode_native_tool_calls(tmp_path, server, dir_env):
     url, seen = server
     policy = OpenAIPolicy.from_spec(f"{url}#test-model", retries=0)
     task = Task.make("Identity", "class Model: pass\n")
-    (t,) = EpisodeRunner(policy, _Env(), EpisodeConfig(evaluate=False), tmp_path).run([(task, 0)])
+    (t,) = EpisodeRunner(policy, dir_env, EpisodeConfig(evaluate=False), tmp_path).run([(task, 0)])
     assert t.stop_reason == "submit"
     assert t.token_ids == [] and t.meta["token_exact"] is False
     assert t.counters["schema_violations"] == 1 and t.counters["api_prompt_tokens"] == 30

@@ -80,26 +80,32 @@ class ScriptedPolicy:
         self._next.clear()
 
 
-class HFPolicy:
-    """Sampling from a transformers causal LM, batched with left padding."""
+class SamplingPolicy:
+    """What every sampling backend shares: tokenizer, sampling settings, end-of-turn ids."""
 
     def __init__(
         self,
-        model: Any,
         tokenizer: Any,
         *,
         temperature: float = 1.0,
         top_p: float = 1.0,
-        name: str = "hf",
+        name: str = "policy",
         seed: int | None = None,
     ):
-        self.model = model
         self.tokenizer = tokenizer
         self.temperature = temperature
         self.top_p = top_p
         self.name = name
         self.seed = seed
         self.eot = end_of_turn_ids(tokenizer)
+
+
+class HFPolicy(SamplingPolicy):
+    """Sampling from a transformers causal LM, batched with left padding."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, name: str = "hf", **kw: Any):
+        super().__init__(tokenizer, name=name, **kw)
+        self.model = model
 
     @classmethod
     def load(cls, spec: str, device: str = "cpu", dtype: Any = None, **kw: Any) -> HFPolicy:

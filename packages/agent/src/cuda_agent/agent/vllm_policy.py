@@ -12,27 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .policy import Generation, end_of_turn_ids
+from .policy import Generation, SamplingPolicy
 
 
-class VLLMPolicy:
-    def __init__(
-        self,
-        llm: Any,
-        tokenizer: Any,
-        *,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-        name: str = "vllm",
-    ):
+class VLLMPolicy(SamplingPolicy):
+    def __init__(self, llm: Any, tokenizer: Any, *, name: str = "vllm", **kw: Any):
+        super().__init__(tokenizer, name=name, **kw)
         self.llm = llm
-        self.tokenizer = tokenizer
-        self.temperature = temperature
-        self.top_p = top_p
-        self.seed = seed
-        self.name = name
-        self.eot = end_of_turn_ids(tokenizer)
 
     @classmethod
     def load(
