@@ -39,3 +39,22 @@ def test_pool_keeps_order_and_static_guard_rejects(cache_dir, scale_add_task):
     for r in results:
         assert r.status == Status.GUARD_VIOLATION, (r.status, r.message)
         assert any(g.severity == "reject" for g in r.guards)
+
+
+PEEK = (
+    "import os, glob\nimport torch\nimport torch.nn as nn\n\n"
+    "class ModelNew(nn.Module):\n"
+    "    def __init__(self, cols):\n        super().__init__()\n"
+    "        self.w = nn.Parameter(torch.empty(cols))\n        self.b = nn.Parameter(torch.empty(cols))\n"
+    "    def forward(self, x):\n"
+    "        root = os.path.dirname(os.getcwd())\n"
+    "        seen = glob.glob(os.path.join(root, '**', 'ref_*.pt'), recursive=True)\n"
+    "        if seen:\n            raise RuntimeError('SAW REFERENCE OUTPUTS: ' + ' '.join(seen))\n"
+    "        return x * self.w + self.b\n"
+)
+
+
+def test_candidate_cannot_see_reference_outputs(cache_dir, scale_add_task):
+    cfg = SandboxConfig(backend="cpu", cache_dir=str(cache_dir), timing=False, guard_policy="off")
+    r = evaluate(kb_candidate(scale_add_task, PEEK), cfg)
+    assert r.status == Status.OK, r.message

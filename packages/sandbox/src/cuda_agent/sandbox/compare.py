@@ -106,6 +106,9 @@ def _short(x: Any) -> str:
     return s if len(s) < 80 else s[:77] + "..."
 
 
+CHUNK = 1 << 24  # elements compared at a time (float64 temporaries stay small)
+
+
 def _compare_tensor(path: str, r: Any, c: Any, tol: Tolerance) -> Verdict:
     import torch
 
@@ -113,44 +116,44 @@ def _compare_tensor(path: str, r: Any, c: Any, tol: Tolerance) -> Verdict:
         return Verdict(True, "", 0.0, 0.0, 0.0)
     if not (r.is_floating_point() or r.is_complex()):
         eq = torch.equal(r, c)
-        return Verdict(
-            eq,
-            "" if eq else f"{path}: values differ ({int((r != c).sum())} of {r.numel()} elements)",
-            0.0 if eq else None,
-        )
-    r64 = r.to(torch.complex128 if r.is_complex() else torch.float64)
-    c64 = c.to(r64.dtype)
-    r_fin = torch.isfinite(r64)
-    c_fin = torch.isfinite(c64)
-    # non-finite reference values must be reproduced exactly (NaN where NaN, same infinity)
-    nonfin = ~r_fin
-    if bool(nonfin.any()):
-        r_nan = torch.isnan(r64)
-        c_nan = torch.isnan(c64)
-        bad = (r_nan != c_nan) | (~r_nan & nonfin & (c64 != r64))
-        if bool(bad.any()):
-            return Verdict(
-                False, f"{path}: {int(bad.sum())} non-finite reference values not reproduced"
-            )
-    both = r_fin
-    if bool((both & ~c_fin).any()):
-        n = int((both & ~c_fin).sum())
-        return Verdict(False, f"{path}: {n} NaN/Inf where the reference is finite")
-    rf = torch.where(both, r64, torch.zeros_like(r64))
-    cf = torch.where(both, c64, torch.zeros_like(c64))
-    diff = (cf - rf).abs()
-    allowed = tol.atol + tol.rtol * rf.abs()
-    over = diff > allowed
-    max_abs = float(diff.max())
-    max_rel = float((diff / rf.abs().clamp_min(1e-12)).max())
-    rnorm = float(torch.linalg.vector_norm(rf))
-    dnorm = float(torch.linalg.vector_norm(cf - rf))
+        msg = "" if eq else f"{path}: values differ ({int((r != c).sum())} of {r.numel()} elements)"
+        return Verdict(eq, msg, 0.0 if eq else None)
+    rf_all = r.reshape(-1)
+    cf_all = c.reshape(-1)
+    wide = torch.complex128 if r.is_complex() else torch.float64
+    n = rf_all.numel()
+    max_abs = max_rel = 0.0
+    rsq = dsq = 0.0
+    over = nonfin_bad = fin_bad = 0
+    for start in range(0, n, CHUNK):
+        r64 = rf_all[start : start + CHUNK].to(wide)
+        c64 = cf_all[start : start + CHUNK].to(wide)
+        r_fin = torch.isfinite(r64)
+        c_fin = torch.isfinite(c64)
+        nonfin = ~r_fin
+        if bool(nonfin.any()):
+            # non-finite reference values must be reproduced exactly (NaN where NaN, same inf)
+            r_nan, c_nan = torch.isnan(r64), torch.isnan(c64)
+            nonfin_bad += int(((r_nan != c_nan) | (~r_nan & nonfin & (c64 != r64))).sum())
+        fin_bad += int((r_fin & ~c_fin).sum())
+        rz = torch.where(r_fin, r64, torch.zeros_like(r64))
+        cz = torch.where(r_fin & c_fin, c64, torch.zeros_like(c64))
+        diff = (cz - rz).abs()
+        over += int((diff > tol.atol + tol.rtol * rz.abs()).sum())
+        max_abs = max(max_abs, float(diff.max()))
+        max_rel = max(max_rel, float((diff / rz.abs().clamp_min(1e-12)).max()))
+        rsq += float((rz.abs() ** 2).sum())
+        dsq += float((diff**2).sum())
+    if nonfin_bad:
+        return Verdict(False, f"{path}: {nonfin_bad} non-finite reference values not reproduced")
+    if fin_bad:
+        return Verdict(False, f"{path}: {fin_bad} NaN/Inf where the reference is finite")
+    rnorm, dnorm = rsq**0.5, dsq**0.5
     rel_norm = dnorm / rnorm if rnorm > 0 else (0.0 if dnorm == 0 else float("inf"))
-    if bool(over.any()):
-        n = int(over.sum())
+    if over:
         return Verdict(
             False,
-            f"{path}: {n} of {r.numel()} elements outside atol={tol.atol} rtol={tol.rtol} (max abs err {max_abs:.3g})",
+            f"{path}: {over} of {n} elements outside atol={tol.atol} rtol={tol.rtol} (max abs err {max_abs:.3g})",
             max_abs,
             max_rel,
             rel_norm,

@@ -170,13 +170,16 @@ def _run_op(
     limits: Limits,
     slot: int,
     writable: list[Path],
+    hidden: list[Path] | None = None,
 ) -> tuple[Outcome, dict[str, Any]]:
     """Run one runner op; returns the outcome and the op's report ({} when it wrote none)."""
     spec_path = spec_dir / f"{spec['op']}.spec.json"
     spec_path.write_text(json.dumps(spec))
     os.chmod(spec_path, 0o644)
     cmd = [sys.executable, "-m", "cuda_agent.sandbox.runner", str(spec_path)]
-    out = run_confined(cmd, cwd=cwd, env=env, limits=limits, slot=slot, writable=writable)
+    out = run_confined(
+        cmd, cwd=cwd, env=env, limits=limits, slot=slot, writable=writable, hidden=hidden or []
+    )
     report: dict[str, Any] = {}
     with contextlib.suppress(OSError, json.JSONDecodeError):
         report = json.loads(Path(spec["report"]).read_text())
@@ -190,6 +193,44 @@ def _error_text(out: Outcome, report: dict[str, Any]) -> str:
         tb = err.get("traceback", "")
         return cap_text(msg + ("\n" + tb if tb else ""), LOG_TAIL)
     return cap_text(f"{out.describe()}\n{out.stderr.strip()}", LOG_TAIL)
+
+
+OUTPUT_CHECK_BYTES = 2 << 30  # the guards' cross-trial output checks hold all outputs at once
+
+
+class _LazyRefs:
+    """Reference outputs on disk, loaded on access (trusted files: full unpickling)."""
+
+    def __init__(self, d: Path, n: int):
+        self.d, self.n = d, n
+
+    def __getitem__(self, i: int) -> Any:
+        import torch
+
+        return torch.load(self.d / f"ref_{i}.pt", weights_only=False)
+
+
+def _load_and_delete(d: Path, n: int) -> list[Any]:
+    import torch
+
+    out = []
+    for i in range(n):
+        f = d / f"ref_{i}.pt"
+        out.append(torch.load(f, weights_only=False))
+        f.unlink()
+    return out
+
+
+def _nbytes(obj: Any) -> int:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(x) for x in obj)
+    if isinstance(obj, dict):
+        return sum(_nbytes(x) for x in obj.values())
+    return 0
 
 
 def _parse_guards(raw: Any) -> list[GuardViolation]:
@@ -444,11 +485,12 @@ def _run_on_device(p: Prepared, gpu: str | None, slot: int) -> EvalResult:
     p.meta["device"] = rep.get("device_name", device)
     for f in (init_path, sd_path):
         os.chmod(f, 0o644)
-    refs = []
-    for i in range(n_trials):
-        f = private / f"ref_{i}.pt"
-        refs.append(torch.load(f, weights_only=False))
-        f.unlink()  # the candidate must never see a reference output
+    # the candidate must never see a reference output: with namespaces the files stay on disk,
+    # covered by an empty mount in the candidate's view, and are loaded one at a time; without,
+    # they are loaded into memory here and deleted before the candidate starts
+    hide_refs = caps().network_ns
+    refs: Any = _LazyRefs(private, n_trials) if hide_refs else _load_and_delete(private, n_trials)
+    hidden = [private] if hide_refs else []
     # 2. candidate verification, in a confined process receiving only seeds, init inputs, weights
     t = time.monotonic()
     cand_spec = {
@@ -477,12 +519,14 @@ def _run_on_device(p: Prepared, gpu: str | None, slot: int) -> EvalResult:
         limits=_limits(cfg, cfg.verify_timeout_s, p.backend),
         slot=slot,
         writable=cand_writable,
+        hidden=hidden,
     )
     p.stages["verify"] = time.monotonic() - t
     p.meta["isolation"] = out.isolation
     tol = Tolerance(cfg.atol, cfg.rtol, cfg.norm_tol)
     details: list[TrialDetail] = []
     cand_outs: list[Any] = []
+    out_bytes = 0
     for i, tr in enumerate(trials):
         f = io / f"out_{i}.pt"
         if not f.exists():
@@ -499,7 +543,9 @@ def _run_on_device(p: Prepared, gpu: str | None, slot: int) -> EvalResult:
                 )
             )
             continue
-        cand_outs.append(cand_out)
+        out_bytes += _nbytes(cand_out)
+        if out_bytes <= OUTPUT_CHECK_BYTES:
+            cand_outs.append(cand_out)
         v = compare(refs[i], cand_out, tol)
         details.append(
             TrialDetail(
@@ -516,7 +562,9 @@ def _run_on_device(p: Prepared, gpu: str | None, slot: int) -> EvalResult:
     if cfg.guard_policy != "off" and len(cand_outs) == n_trials:
         from cuda_agent.guards.api import output_checks
 
-        p.guards.extend(output_checks(refs, cand_outs, policy=cfg.guard_policy))
+        p.guards.extend(
+            output_checks([refs[i] for i in range(n_trials)], cand_outs, policy=cfg.guard_policy)
+        )
     passed = (
         len(details) == n_trials
         and all(d.passed for d in details)
@@ -585,6 +633,7 @@ def _run_on_device(p: Prepared, gpu: str | None, slot: int) -> EvalResult:
         limits=_limits(cfg, cfg.time_timeout_s, p.backend),
         slot=slot,
         writable=cand_writable,
+        hidden=hidden,
     )
     p.stages["time"] = time.monotonic() - t
     if out.timed_out:

@@ -301,8 +301,13 @@ def run_confined(
     stdin: bytes | None = None,
     pass_fds: tuple[int, ...] = (),
     writable: Sequence[str | os.PathLike[str]] = (),
+    hidden: Sequence[str | os.PathLike[str]] = (),
 ) -> Outcome:
-    """Run ``cmd`` confined (see the module docstring); never raises for what the command does."""
+    """Run ``cmd`` confined (see the module docstring); never raises for what the command does.
+
+    ``writable``: the only directories it may write (with namespaces). ``hidden``: directories
+    covered by an empty mount in its namespace (required: the launcher refuses to run otherwise).
+    """
     c = caps()
     uid = slot_uid(slot) if (limits.drop_user and c.drop_user) else None
     iso: dict[str, str] = {}
@@ -312,7 +317,10 @@ def run_confined(
         "require": [],
         "writable": [str(Path(w).resolve()) for w in writable],
         "read_only_fs": limits.read_only_fs,
+        "hidden": [str(Path(h).resolve()) for h in hidden],
     }
+    if hidden:
+        cfg["require"].append("hide")  # never run with the hidden files visible
     rl: dict[str, int] = {"core": 0}
     if limits.fsize_mb:
         rl["fsize"] = limits.fsize_mb << 20

@@ -87,9 +87,16 @@ def _mount_points() -> list[str]:
     return pts
 
 
+def _hide(paths: list[str]) -> None:
+    """An empty read-only tmpfs over each of ``paths``: their files are invisible, even to root."""
+    for d in paths:
+        _mount(
+            "tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "size=4k,mode=000"
+        )
+
+
 def _read_only_fs(writable: list[str]) -> None:
     """Everything read-only but ``writable`` (bind-mounted onto themselves first) and /dev."""
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
     for d in writable:
         _mount(d, d, None, MS_BIND | MS_REC)
     keep = tuple(os.path.realpath(d) for d in writable)
@@ -175,6 +182,9 @@ def main(argv: list[str]) -> int:
             report["network"] = "ok" if ns_ok else report.get("namespaces", "failed")
             if not ns_ok and "network" in require:
                 failed.append("network")
+    if cfg.get("hidden") and not (ns_ok and want_ns):
+        report["hide"] = "failed: no mount namespace"
+        failed.append("hide")
     if failed:
         finish_report()
         sys.stderr.write(f"jail: required step(s) failed: {', '.join(failed)}: {report}\n")
@@ -205,6 +215,10 @@ def main(argv: list[str]) -> int:
         # pid 1 of the namespace: set up the file system, start the command, reap, report
         os.close(rd)
         writable = [d for d in cfg.get("writable", []) if os.path.isdir(d)]
+        step("private_mounts", lambda: _mount(None, "/", None, MS_REC | MS_PRIVATE))
+        hidden = [d for d in cfg.get("hidden", []) if os.path.isdir(d)]
+        if hidden:
+            step("hide", lambda: _hide(hidden))
         if cfg.get("read_only_fs", True):
             step("read_only_fs", lambda: _read_only_fs(writable))
         step("proc", lambda: _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC))
