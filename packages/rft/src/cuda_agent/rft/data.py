@@ -139,10 +139,11 @@ class Schedule:
     def epoch_order(self, epoch: int) -> list[list[int]]:
         order = list(self.batches)
         random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
-        # pad the epoch to a whole number of steps by repeating its first micro-batches
-        per_step = self.grad_accum * self.world_size
-        need = self.steps_per_epoch * per_step - len(order)
-        return order + order[:need]
+        # pad the epoch to a whole number of steps by repeating its micro-batches cyclically, so
+        # every rank gets exactly ``grad_accum`` micro-batches in every step
+        total = self.steps_per_epoch * self.grad_accum * self.world_size
+        reps = -(-total // len(order))
+        return (order * reps)[:total]
 
     def step_batches(self, step: int, rank: int = 0) -> list[list[int]]:
         """The micro-batches (lists of example indices) of 0-based ``step`` for ``rank``."""
