@@ -120,3 +120,11 @@ def test_compose_cli_writes_records_and_resumes(tmp_path):
     assert len(out.read_text().splitlines()) == 3
     bad = subprocess.run(OPSYNTH + ["compose", "--size", "huge"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--size" in bad.stderr
+
+
+def test_compose_pool_restricted_to_crawled_seeds():
+    cfg = ComposeConfig(size="tiny", seed_names={"Gemm", "ReLU", "Tanh", "LayerNorm"})
+    tasks = list(compose(4, seed=0, cfg=cfg))
+    assert all(set(t.meta["seeds"]) <= cfg.seed_names for t in tasks)
+    with pytest.raises(ValueError):
+        list(compose(1, seed=0, cfg=ComposeConfig(size="tiny", seed_names={"NoSuchSeed"})))

@@ -138,6 +138,14 @@ def compose(
         bool,
         typer.Option("--allow-stochastic", help="Also draw stochastic seeds (dropout, noise)."),
     ] = False,
+    seeds: Annotated[
+        Path | None,
+        typer.Option(
+            "--seeds",
+            help="Seed tasks from `opsynth crawl` ('-' = stdin): draw only these, and leave out "
+            "those the crawl measured as stochastic (unless --allow-stochastic).",
+        ),
+    ] = None,
     llm: Annotated[
         str | None,
         typer.Option(
@@ -176,6 +184,21 @@ def compose(
         include_stochastic=allow_stochastic,
         categories=category,
     )
+    if seeds is not None:
+        from cuda_agent.records.jsonl import load_records
+        from cuda_agent.records.types import Task
+
+        src = "/dev/stdin" if str(seeds) == "-" else seeds
+        names = set()
+        for t in load_records(src):
+            if isinstance(t, Task) and t.meta.get("seeds"):
+                if t.meta.get("stochastic") and not allow_stochastic:
+                    continue
+                names.add(t.meta["seeds"][0])
+        if not names:
+            raise fail(f"compose: no seed tasks in {seeds}")
+        cfg.seed_names = names
+        log(f"compose: {len(names)} seeds from {seeds}")
     if llm:
         from .llm import LLMConfig
 

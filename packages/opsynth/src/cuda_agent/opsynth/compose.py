@@ -44,6 +44,7 @@ class ComposeConfig:
     categories: list[str] | None = None  # restrict the pool (None: all)
     attempts: int = 40  # seed draws per position before giving up on the chain
     llm: Any = None  # an llm.LLMConfig: the model writes each composition (validated)
+    seed_names: set[str] | None = None  # restrict the pool (e.g. to the seeds a crawl kept)
 
 
 def _fits_first(s: Seed) -> list[str]:
@@ -135,7 +136,10 @@ def compose_one(rng: random.Random, cfg: ComposeConfig) -> tuple[Builder, list[S
         for s in SEEDS.values()
         if (cfg.include_stochastic or not s.stochastic_hint)
         and (not cfg.categories or s.category in cfg.categories)
+        and (cfg.seed_names is None or s.name in cfg.seed_names)
     ]
+    if not pool:
+        raise ValueError("no seed left in the pool (check --category / --seeds)")
     heavy = [s for s in pool if s.category in HEAVY]
     light = [s for s in pool if s.category not in HEAVY]
     length = sample_length(rng, cfg)
