@@ -130,9 +130,10 @@ class TaskFilter:
             factor = min(64.0 / done, max(1 / (64 * done), target / max(ms, 1e-6)))
             rs = rescale_source(source, factor)
             if rs is None:
-                return self._drop(
-                    task, reason, detail + "; no batch_size to rescale", res, rescales
+                why = (
+                    "; rescaling limit (64x) reached" if rescales else "; no batch_size to rescale"
                 )
+                return self._drop(task, reason, detail + why, res, rescales)
             source, old, new = rs
             rescales.append({"batch_size": [old, new], "eager_ms_before": round(ms, 4)})
             res = self._probe(source)
