@@ -4,7 +4,8 @@
 #   data -> baselines -> warmup (single-turn PPO) -> collect (agent episodes) -> rft
 #        -> critic (value pretraining) -> ppo (multi-turn) -> eval (KernelBench, when configured)
 #
-#   bin/train_all.sh --config configs/tiny-cpu.toml --run-dir runs/demo [--force STAGE]... [--only STAGE]
+#   bin/train_all.sh --config configs/tiny-cpu.toml --run-dir runs/demo [--set section.key=value]...
+#                    [--force STAGE]... [--only STAGE]
 #
 # Every stage writes into RUN_DIR/<stage>/, logs to RUN_DIR/logs/<stage>.log, and is skipped when
 # RUN_DIR/<stage>/.done exists (--force STAGE redoes it; --force all redoes everything). A failing
@@ -13,13 +14,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 CONFIG="" RUN="" ONLY="" FORCE=" "
+SETS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --config) CONFIG=$2; shift 2 ;;
     --run-dir) RUN=$2; shift 2 ;;
     --force) FORCE="$FORCE$2 "; shift 2 ;;
+    --set) SETS+=(--set "$2"); shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
     -h|--help) usage 0 ;;
     *) echo "train_all: unknown argument $1" >&2; usage 2 ;;
@@ -30,7 +33,7 @@ done
 mkdir -p "$RUN/logs"
 RUN=$(cd "$RUN" && pwd)
 command -v ppo >/dev/null || { echo "train_all: the toolkit's commands are not on PATH; run it as: uv run bin/train_all.sh ..." >&2; exit 2; }
-ENVS=$(ppo config-env --config "$CONFIG") || { echo "train_all: invalid config $CONFIG (see above)" >&2; exit 2; }
+ENVS=$(ppo config-env --config "$CONFIG" "${SETS[@]}") || { echo "train_all: invalid config $CONFIG (see above)" >&2; exit 2; }
 eval "$ENVS"   # CA_<SECTION>_<KEY> for every config key
 
 say() { echo "[train_all $(date +%H:%M:%S)] $*" >&2; }
@@ -52,9 +55,7 @@ run_stage() {  # run_stage NAME FUNCTION
     exit 1
   fi
 }
-ppo_set() {  # the overrides every PPO invocation shares
-  echo --set "data.tasks=\"$RUN/data/tasks.jsonl\""
-}
+PPO_ARGS=("${SETS[@]}")  # the overrides every PPO invocation shares
 
 stage_data() {
   local d=$1
@@ -90,9 +91,11 @@ stage_baselines() {
 stage_warmup() {
   local d=$1
   if [ "$CA_PIPELINE_WARMUP_STEPS" -le 0 ]; then
-    echo "warm-up: skipped (pipeline.warmup_steps = 0)"; ln -sfn "$CA_MODEL_ACTOR" "$d/final"; return 0
+    echo "warm-up: skipped (pipeline.warmup_steps = 0); the base actor goes on"
+    ln -sfn "$(python -c 'import sys; from cuda_agent.agent.models import resolve_model; print(resolve_model(sys.argv[1]).resolve())' "$CA_MODEL_ACTOR")" "$d/final"
+    return 0
   fi
-  ppo train --config "$CONFIG" $(ppo_set) --set "train.out=\"$d\"" \
+  ppo train --config "$CONFIG" "${PPO_ARGS[@]}" --set "data.tasks=\"$RUN/data/tasks.jsonl\"" --set "train.out=\"$d\"" \
     --set 'rollout.mode="single-turn"' --set "ppo.steps=$CA_PIPELINE_WARMUP_STEPS" \
     --set "ppo.use_critic=false" --resume
   test -f "$d/final/config.json"
@@ -137,7 +140,7 @@ stage_critic() {
 
 stage_ppo() {
   local d=$1
-  ppo train --config "$CONFIG" $(ppo_set) --set "train.out=\"$d\"" --set "model.tiny=false" \
+  ppo train --config "$CONFIG" "${PPO_ARGS[@]}" --set "data.tasks=\"$RUN/data/tasks.jsonl\"" --set "train.out=\"$d\"" --set "model.tiny=false" \
     --set "model.actor=\"$RUN/rft/final\"" --set "model.critic=\"$RUN/critic/final\"" --resume
   test -f "$d/final/config.json"
 }
