@@ -95,11 +95,15 @@ def _result(p: Prepared, status: Status, message: str = "", **kw: Any) -> EvalRe
     c = p.candidate
     meta = dict(p.meta)
     meta["stages_s"] = {k: round(v, 3) for k, v in p.stages.items()}
+    # the settings that decide a verdict, on every result (reports print them)
+    meta.setdefault("guard_policy", p.config.guard_policy)
+    meta.setdefault("atol", p.config.atol)
+    meta.setdefault("rtol", p.config.rtol)
     return EvalResult(
         task_id=c.task.id,
         solution_id=c.solution.id,
         backend=p.backend,  # type: ignore[arg-type]
-        device=kw.pop("device", meta.get("device", "")),
+        device=kw.pop("device", meta.get("device", "")) or p.backend,
         status=status,
         message=message,
         compile=p.compile,
