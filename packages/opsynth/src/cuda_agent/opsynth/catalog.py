@@ -415,7 +415,7 @@ def _addmm(b: Builder) -> dict[int, str]:
 
 @seed("Bilinear", "nn.Bilinear", "gemm", ranks=(2,), family="matrix")
 def _bilinear(b: Builder) -> dict[int, str]:
-    if b.shape[-1].value > 512:
+    if b.shape[-1].value > 1024:
         raise NotApplicable("Bilinear weight would be too large")
     k = _last_dim_name(b, "in_features")
     n = b.const("out_features", b.choice([16, 32, 64]))
@@ -1124,7 +1124,7 @@ def _baddbmm(b: Builder) -> dict[int, str]:
 
 @seed("Outer", "torch.outer", "gemm", ranks=(2,), family="matrix")
 def _outer(b: Builder) -> None:
-    if b.shape[-1].value > 512:
+    if b.shape[-1].value > 1024:
         raise NotApplicable("outer product too large")
     b.emit('x = torch.einsum("bi,bj->bij", x, x).flatten(1)')
 

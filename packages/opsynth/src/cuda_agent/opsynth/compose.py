@@ -24,7 +24,7 @@ from .catalog import HEAVY, SEEDS, Seed
 DEFAULT_LENGTH_WEIGHTS: dict[int, float] = {1: 0.05, 2: 0.25, 3: 0.35, 4: 0.25, 5: 0.10}
 
 # element-count cap of any intermediate tensor per size preset (fp32: 4 bytes each)
-MAX_NUMEL = {"gpu": 1 << 26, "cpu": 1 << 22, "tiny": 1 << 14}
+MAX_NUMEL = {"gpu": 1 << 28, "cpu": 1 << 22, "tiny": 1 << 14}
 
 
 class ComposeError(RuntimeError):
