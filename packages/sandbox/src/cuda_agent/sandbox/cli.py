@@ -26,7 +26,16 @@ from cuda_agent.records.cli_helpers import (
 )
 
 app = typer.Typer(
-    help="Build, verify and time candidate CUDA kernels in isolated processes; agent workspaces.",
+    help="""Build, verify and time candidate CUDA kernels in isolated processes; agent workspaces.
+
+Examples:
+
+  sandbox eval candidates.jsonl -o results.jsonl --resume --gpus all
+
+  sandbox eval --backend cpu --no-timing < candidates.jsonl > results.jsonl
+
+  sandbox workspace tasks.jsonl ws/ && sandbox exec ws/ -- python utils/compile.py
+""",
     no_args_is_help=True,
     add_completion=False,
 )
