@@ -136,8 +136,9 @@ class HFPolicy(SamplingPolicy):
         for i, c in enumerate(contexts):
             ids[i, width - len(c) :] = torch.tensor(list(c), dtype=torch.long)
             mask[i, width - len(c) :] = 1
-        if self.seed is not None:
-            torch.manual_seed(self.seed)
+        if self.seed is not None and not getattr(self, "_seeded", False):
+            torch.manual_seed(self.seed)  # once: later turns continue the same random stream
+            self._seeded = True
         do_sample = self.temperature > 0
         with torch.no_grad():
             out = self.model.generate(
