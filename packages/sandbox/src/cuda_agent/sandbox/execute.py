@@ -22,6 +22,9 @@ KEEP_ENV = (
     "TERM",
     "CUDA_AGENT_SANDBOX_CACHE",
     "CUDA_AGENT_CACHE",
+    # where caches live: the command must resolve the same build cache as this process
+    "XDG_CACHE_HOME",
+    "TORCH_EXTENSIONS_DIR",
 )
 
 
