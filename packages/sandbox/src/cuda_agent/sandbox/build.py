@@ -11,6 +11,7 @@ change to one ``.cu`` recompiles only that file, and an unchanged solution links
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -74,8 +75,18 @@ class ObjectCache:
         return self.root / "modules" / key[:2] / f"{key}.so"
 
     def put(self, tmp: Path, dest: Path) -> None:
+        """Move ``tmp`` into the cache atomically. Across file systems (a confined tool command
+        sees the cache as another mount) it is copied next to ``dest`` first, then renamed."""
         dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, dest)
+        try:
+            os.replace(tmp, dest)
+        except OSError as e:
+            if e.errno != errno.EXDEV:
+                raise
+            staged = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+            shutil.copy2(tmp, staged)
+            os.replace(staged, dest)
+            os.unlink(tmp)
 
     @contextlib.contextmanager
     def lock(self, name: str):
