@@ -140,6 +140,13 @@ def run(
     timing: Annotated[
         bool, typer.Option("--timing/--no-timing", help="Time candidates and baselines.")
     ] = True,
+    timing_config: Annotated[
+        str | None,
+        typer.Option(
+            help="Profiler timing settings as JSON, e.g. '{\"time_cap_s\": 3.0}' (default: the "
+            "protocol's)."
+        ),
+    ] = None,
 ) -> None:
     """Evaluate Candidate records (from `solutions`) in the sandbox; write EvalResult records
     carrying level, problem id, name and the guard policy (what `report` needs).
@@ -154,6 +161,12 @@ def run(
     from cuda_agent.sandbox import SandboxConfig, SandboxPool
     from cuda_agent.sandbox.pool import parse_gpus
 
+    try:
+        tcfg = json.loads(timing_config) if timing_config else None
+    except json.JSONDecodeError as e:
+        raise fail(f"--timing-config: not JSON: {e}") from None
+    if tcfg is not None and not isinstance(tcfg, dict):
+        raise fail("--timing-config: a JSON object expected")
     cfg = SandboxConfig(
         backend=backend,
         guard_policy=guard_policy,
@@ -161,6 +174,7 @@ def run(
         rtol=rtol,
         timing=timing,
         baselines=timing,
+        timing_config=tcfg,
     )
     with SandboxPool(cfg, gpus=parse_gpus(gpus)) as pool:
 
