@@ -123,3 +123,30 @@ def test_config_validation(tmp_path):
     p.write_text('[rollout]\nmode = "three-turn"\n')
     with pytest.raises(ConfigError):
         load_config(p)
+
+
+def test_resume_reproduces_the_next_step(tmp_path):
+    """Two steps in one run == one step, stop, resume for the second (same metrics)."""
+    import msgspec
+
+    from cuda_agent.agent.models import load_tokenizer, make_tiny_model
+
+    base = _cfg(tmp_path, steps=2, epochs=1, minibatches=2)
+
+    def cfg_at(run):
+        return msgspec.structs.replace(
+            base, train=msgspec.structs.replace(base.train, out=str(tmp_path / run), save_every=1)
+        )
+
+    straight = cfg_at("straight")
+    tiny = make_tiny_model(tmp_path / "straight" / "tiny-actor", seed=straight.train.seed)
+    make_tiny_model(tmp_path / "split" / "tiny-actor", seed=straight.train.seed)
+    rf = _target_reward(load_tokenizer(tiny))
+    h = train(straight, reward_fn=rf)
+    split = cfg_at("split")
+    one = msgspec.structs.replace(split, ppo=msgspec.structs.replace(split.ppo, steps=1))
+    h1 = train(one, reward_fn=rf)
+    h2 = train(split, resume=True, reward_fn=rf)
+    assert h1[0]["reward_mean"] == h[0]["reward_mean"]
+    for k in ("reward_mean", "policy_loss", "value_loss", "clipfrac", "approx_kl", "entropy"):
+        assert h2[0][k] == pytest.approx(h[1][k], rel=1e-5, abs=1e-7), k

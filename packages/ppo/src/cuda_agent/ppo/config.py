@@ -86,6 +86,9 @@ class TrainCfg(_Cfg):
     device: str = "auto"  # auto | cpu | cuda
     precision: Literal["auto", "bf16", "fp32"] = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
     grad_ckpt: bool = False
+    # DeepSpeed JSON for actor and critic (configs/ds_zero2.json, ds_zero3.json); None: plain
+    # PyTorch (one process, or plain data parallelism with an all-reduce under torchrun)
+    deepspeed: str | None = None
     save_every: int = 1  # checkpoint every N steps (and at the end)
     keep_checkpoints: int = 2
     seed: int = 0

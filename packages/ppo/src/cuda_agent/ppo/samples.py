@@ -103,6 +103,11 @@ def micro_batches(samples: list[Sample], token_budget: int) -> list[list[Sample]
     return groups
 
 
+def _zero3_partitioned(model: Any) -> bool:
+    """Whether DeepSpeed ZeRO-3 holds ``model``'s weights partitioned (``ds_id`` on parameters)."""
+    return hasattr(next(model.parameters()), "ds_id")
+
+
 def _padded(seqs: list[list[int]], device: Any) -> torch.Tensor:
     width = max(len(s) for s in seqs)
     t = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -121,17 +126,22 @@ def batch_logprobs(
     """:func:`sample_logprobs` for several right-padded sequences in one forward pass (causal
     attention never looks at the padding that follows a sequence)."""
     ids = _padded(seqs, device)
-    hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state
     rows = torch.cat(
         [torch.full((len(p),), i, dtype=torch.long) for i, p in enumerate(positions)]
     ).to(device)
     cols = torch.cat([torch.tensor(p, dtype=torch.long) for p in positions]).to(device)
-    h = hidden[rows, cols - 1]
-    head = model.get_output_embeddings()
-    with torch.autocast(h.device.type, enabled=False):
-        logits = torch.nn.functional.linear(
-            h.float(), head.weight.float(), None if head.bias is None else head.bias.float()
-        )
+    if _zero3_partitioned(model):
+        # ZeRO-3 gathers each weight in its module's own forward: run the whole model (its
+        # lm_head in the training dtype) and upcast the logits of the positions needed
+        logits = model(input_ids=ids, use_cache=False).logits[rows, cols - 1].float()
+    else:
+        hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state
+        h = hidden[rows, cols - 1]
+        head = model.get_output_embeddings()
+        with torch.autocast(h.device.type, enabled=False):
+            logits = torch.nn.functional.linear(
+                h.float(), head.weight.float(), None if head.bias is None else head.bias.float()
+            )
     logp_all = torch.log_softmax(logits, dim=-1)
     lp = logp_all.gather(-1, ids[rows, cols].unsqueeze(-1)).squeeze(-1)
     sizes = [len(p) for p in positions]

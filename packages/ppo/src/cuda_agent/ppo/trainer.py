@@ -36,33 +36,43 @@ class PPOError(RuntimeError):
 
 
 # ----------------------------------------------------------------------------- distributed
-class Dist:
-    """Rank, world size and all-reduce (a no-op in one process)."""
+def _allsum(values: list[float], dist: Any, device: Any) -> list[float]:
+    """Element-wise sums over ranks (the values themselves in one process)."""
+    if dist.world == 1:
+        return values
+    import torch.distributed as tdist
 
-    def __init__(self) -> None:
-        import os
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    tdist.all_reduce(t)
+    return t.tolist()
 
-        self.world = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
-        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-        if self.world > 1:
-            import torch.distributed as tdist
 
-            if not tdist.is_initialized():
-                tdist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+def _allmax(value: int, dist: Any, device: Any) -> int:
+    if dist.world == 1:
+        return value
+    import torch.distributed as tdist
 
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
+    t = torch.tensor([value], dtype=torch.int64, device=device)
+    tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
+    return int(t.item())
 
-    def sum(self, values: list[float], device: Any) -> list[float]:
-        if self.world == 1:
-            return values
-        import torch.distributed as tdist
 
-        t = torch.tensor(values, dtype=torch.float64, device=device)
-        tdist.all_reduce(t)
-        return t.tolist()
+def _gather(obj: Any, dist: Any) -> list[Any]:
+    """``obj`` of every rank, in rank order."""
+    if dist.world == 1:
+        return [obj]
+    import torch.distributed as tdist
+
+    out: list[Any] = [None] * dist.world
+    tdist.all_gather_object(out, obj)
+    return out
+
+
+def _lockstep(groups: list[list[Any]], dist: Any, device: Any) -> list[list[Any] | None]:
+    """``groups`` padded with ``None`` to the largest count of any rank: under ZeRO every forward
+    (stage 3) and backward (stages 2, 3) is collective, so all ranks must run equally many."""
+    n = _allmax(len(groups), dist, device)
+    return list(groups) + [None] * (n - len(groups))
 
 
 # ----------------------------------------------------------------------------- data order
@@ -78,38 +88,55 @@ def task_order(n: int, seed: int, start: int, count: int) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- models
-def _load_models(cfg: PPOConfig, device: Any, out: Path, ckpt: Path | None):
-    from cuda_agent.agent.models import load_tokenizer, make_tiny_model
-    from cuda_agent.critic.model import ValueModel
-    from cuda_agent.rft.modeling import load_causal_lm
+def _train_config(cfg: PPOConfig, lr: float) -> Any:
+    """The options of one :class:`cuda_agent.rft.trainer.Backend` (actor or critic): constant LR,
+    AdamW(0.9, 0.95), no weight decay, the PPO gradient clip."""
+    from cuda_agent.rft.trainer import TrainConfig
 
-    actor_src = cfg.model.actor
-    if cfg.model.tiny:
-        tiny = out / "tiny-actor"
-        if not (tiny / "config.json").exists():
-            make_tiny_model(tiny, seed=cfg.train.seed)
-        actor_src = str(tiny)
-    init_actor = actor_src
-    if ckpt is not None:
-        actor_src = str(ckpt / "actor")
-    tok = load_tokenizer(actor_src)
-    actor = load_causal_lm(actor_src, dtype=torch.float32).to(device)
-    critic = None
-    if cfg.ppo.use_critic:
-        csrc = str(ckpt / "critic") if ckpt is not None else (cfg.model.critic or init_actor)
-        critic = ValueModel.from_pretrained(csrc, seed=cfg.train.seed).to(device)
-    ref = None
-    if cfg.ppo.kl_coef > 0 or cfg.model.ref is not None:
-        ref = load_causal_lm(cfg.model.ref or init_actor, dtype=torch.float32).to(device).eval()
-        for p in ref.parameters():
-            p.requires_grad_(False)
-    return actor, critic, ref, tok
+    return TrainConfig(
+        out=Path(cfg.train.out),
+        lr=lr,
+        min_lr_ratio=1.0,
+        weight_decay=0.0,
+        adam_betas=(0.9, 0.95),
+        max_grad_norm=cfg.ppo.max_grad_norm,
+        precision=cfg.train.precision,
+        grad_ckpt=cfg.train.grad_ckpt,
+        deepspeed=Path(cfg.train.deepspeed) if cfg.train.deepspeed else None,
+        seed=cfg.train.seed,
+        device=cfg.train.device,
+        tensorboard=False,
+    )
 
 
-def _bf16(cfg: PPOConfig, device: Any) -> bool:
-    if cfg.train.precision == "auto":
-        return device.type == "cuda"
-    return cfg.train.precision == "bf16"
+def _initial_actor(cfg: PPOConfig, out: Path, dist: Any) -> str:
+    from cuda_agent.agent.models import make_tiny_model
+
+    if not cfg.model.tiny:
+        return cfg.model.actor
+    tiny = out / "tiny-actor"
+    if dist.main and not (tiny / "config.json").exists():
+        make_tiny_model(tiny, seed=cfg.train.seed)
+    if dist.world > 1:
+        import torch.distributed as tdist
+
+        tdist.barrier()
+    return str(tiny)
+
+
+def _is_zero3(backend: Any) -> bool:
+    return backend.engine is not None and backend.engine.zero_optimization_stage() == 3
+
+
+def _sync_rollout_weights(rollout: Any, backend: Any) -> None:
+    """Copy the (partitioned, ZeRO-3) actor weights into the rollout model on every rank."""
+    import deepspeed
+
+    params = list(backend.module.parameters())
+    with deepspeed.zero.GatheredParameters(params, modifier_rank=None), torch.no_grad():
+        src = dict(backend.module.named_parameters())
+        for name, p in rollout.named_parameters():
+            p.copy_(src[name].data.to(p.dtype))
 
 
 # ----------------------------------------------------------------------------- one step
@@ -120,7 +147,7 @@ def _rollout(
     tasks: list[Task],
     step: int,
     out: Path,
-    dist: Dist,
+    dist: Any,
     reward_fn: Any = None,
 ) -> tuple[list[Trajectory], dict[str, float]]:
     from cuda_agent.agent.env import SandboxEnv
@@ -184,30 +211,49 @@ def _rollout(
     }
 
 
-def _masked_stats(trajs: list[Trajectory]) -> dict[str, float]:
-    rewards = [t.reward for t in trajs]
+def _episode_row(t: Trajectory) -> tuple[float, ...]:
+    """The per-episode numbers the step metrics are made of (gathered from every rank)."""
+    ok = t.eval_result is not None and str(t.eval_result.status) == "ok"
+    sp = t.eval_result.speedup_vs_eager if t.eval_result is not None else None
+    return (
+        float(t.reward),
+        float(ok),
+        float(t.counters.get("turns", 0)),
+        float(sum(t.loss_mask)),
+        float(len(t.token_ids)),
+        float(t.counters.get("schema_violations", 0)),
+        float(sp) if sp else 0.0,
+    )
+
+
+def _episode_stats(rows: list[tuple[float, ...]]) -> dict[str, float]:
+    """Reward, pass rate, lengths and speed-ups over the episodes of one step (all ranks)."""
+    n = max(len(rows), 1)
+    rewards = [r[0] for r in rows]
     m: dict[str, float] = {
-        "reward_mean": sum(rewards) / len(rewards),
-        "episodes": float(len(trajs)),
-        "pass_rate": sum(
-            1 for t in trajs if t.eval_result is not None and str(t.eval_result.status) == "ok"
-        )
-        / len(trajs),
-        "turns_mean": sum(t.counters.get("turns", 0) for t in trajs) / len(trajs),
-        "response_tokens_mean": sum(sum(t.loss_mask) for t in trajs) / len(trajs),
-        "episode_tokens_mean": sum(len(t.token_ids) for t in trajs) / len(trajs),
-        "schema_violations": float(sum(t.counters.get("schema_violations", 0) for t in trajs)),
+        "reward_mean": sum(rewards) / n,
+        "episodes": float(len(rows)),
+        "pass_rate": sum(r[1] for r in rows) / n,
+        "turns_mean": sum(r[2] for r in rows) / n,
+        "response_tokens_mean": sum(r[3] for r in rows) / n,
+        "episode_tokens_mean": sum(r[4] for r in rows) / n,
+        "schema_violations": sum(r[5] for r in rows),
     }
-    for r in (-1.0, 1.0, 2.0, 3.0):
-        m[f"reward_frac_{r:+g}"] = sum(1 for x in rewards if x == r) / len(rewards)
-    sp = [
-        t.eval_result.speedup_vs_eager
-        for t in trajs
-        if t.eval_result and t.eval_result.speedup_vs_eager
-    ]
+    for v in (-1.0, 1.0, 2.0, 3.0):
+        m[f"reward_frac_{v:+g}"] = sum(1 for x in rewards if x == v) / n
+    sp = [r[6] for r in rows if r[6] > 0]
     if sp:
-        m["speedup_vs_eager_geomean"] = math.exp(sum(math.log(s) for s in sp) / len(sp))
+        m["speedup_vs_eager_geomean"] = math.exp(sum(math.log(x) for x in sp) / len(sp))
     return m
+
+
+def _check_resume(state: dict[str, Any], dist: Any, backend_name: str, ckpt: Path) -> None:
+    was = (state.get("world_size", 1), state.get("backend", "torch"))
+    if was != (dist.world, backend_name):
+        raise PPOError(
+            f"cannot resume from {ckpt}: it was written by {was[0]} rank(s) on the {was[1]} "
+            f"backend, this run has {dist.world} on {backend_name}; use the same launch"
+        )
 
 
 def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[dict[str, Any]]:
@@ -217,24 +263,23 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
     the learning dynamics and for ablations); by default every episode is evaluated and rewarded.
 
     Guarantees: the policy loss of an update is the token mean over the global number of policy
-    tokens in its minibatch; resuming from a checkpoint continues at the next step with the same
-    task order and RNG state.
+    tokens in its minibatch (over all ranks); advantages are whitened over all ranks; resuming
+    from a checkpoint continues at the next step with the same task order, weights, optimizer
+    and RNG states. Runs in one process (CPU or GPU) or SPMD under ``torchrun`` / the DeepSpeed
+    launcher (``train.deepspeed``: ZeRO-2/3 for actor and critic).
     """
+    from cuda_agent.agent.models import load_tokenizer
+    from cuda_agent.critic.gae import gae
+    from cuda_agent.critic.model import ValueModel
     from cuda_agent.rft.metrics import MetricsLogger
-    from cuda_agent.rft.trainer import latest_checkpoint
+    from cuda_agent.rft.modeling import load_causal_lm
+    from cuda_agent.rft.trainer import Backend, latest_checkpoint, setup_distributed
 
-    dist = Dist()
     out = Path(cfg.train.out)
     out.mkdir(parents=True, exist_ok=True)
-    if cfg.train.device == "auto":
-        device = (
-            torch.device("cuda", dist.local_rank)
-            if torch.cuda.is_available()
-            else torch.device("cpu")
-        )
-    else:
-        device = torch.device(cfg.train.device)
-    bf16 = _bf16(cfg, device)
+    actor_tc = _train_config(cfg, cfg.ppo.actor_lr)
+    dist, device, bf16 = setup_distributed(actor_tc)
+    backend_name = "deepspeed" if dist.deepspeed else "torch"
     tasks = load_records(cfg.data.tasks, Task)
     if not tasks:
         raise PPOError(f"{cfg.data.tasks}: no tasks")
@@ -245,33 +290,69 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
     start = 0
     if ckpt is not None:
         state = json.loads((ckpt / STATE_FILE).read_text())
+        _check_resume(state, dist, backend_name, ckpt)
         start = int(state["step"])
-        log(f"ppo: resuming from {ckpt} at step {start + 1}/{cfg.ppo.steps}")
+        if dist.main:
+            log(f"ppo: resuming from {ckpt} at step {start + 1}/{cfg.ppo.steps}")
     torch.manual_seed(cfg.train.seed)
-    actor, critic, ref, tok = _load_models(cfg, device, out, ckpt)
-    if cfg.train.grad_ckpt:
-        from cuda_agent.rft.trainer import enable_checkpointing
-
-        enable_checkpointing(actor)
-        if critic is not None:
-            enable_checkpointing(critic.backbone)
-    opt_a = torch.optim.AdamW(
-        actor.parameters(), lr=cfg.ppo.actor_lr, betas=(0.9, 0.95), weight_decay=0.0
+    init_actor = _initial_actor(cfg, out, dist)
+    # the torch backend resumes from the checkpoint's HF weights; DeepSpeed from its own state
+    from_ckpt = ckpt is not None and not dist.deepspeed
+    tok = load_tokenizer(str(ckpt / "actor") if from_ckpt else init_actor)
+    steps_total = max(1, cfg.ppo.steps * cfg.ppo.epochs * cfg.ppo.minibatches)
+    actor_b = Backend(
+        load_causal_lm(str(ckpt / "actor") if from_ckpt else init_actor, dtype=torch.float32),
+        actor_tc,
+        dist,
+        device,
+        bf16,
+        steps_total,
+        variable_accumulation=True,
     )
-    opt_c = (
-        torch.optim.AdamW(critic.parameters(), lr=cfg.ppo.critic_lr, betas=(0.9, 0.95))
-        if critic is not None
-        else None
-    )
+    critic_b = None
+    if cfg.ppo.use_critic:
+        csrc = str(ckpt / "critic") if from_ckpt else (cfg.model.critic or init_actor)
+        critic_b = Backend(
+            ValueModel.from_pretrained(csrc, seed=cfg.train.seed),
+            _train_config(cfg, cfg.ppo.critic_lr),
+            dist,
+            device,
+            bf16,
+            steps_total,
+            variable_accumulation=True,
+        )
     if ckpt is not None:
-        st = torch.load(ckpt / "optim.pt", map_location=device, weights_only=False)
-        opt_a.load_state_dict(st["actor"])
-        if opt_c is not None and st.get("critic") is not None:
-            opt_c.load_state_dict(st["critic"])
-        torch.set_rng_state(st["rng_cpu"])
-        random.setstate(st["rng_py"])
-        if device.type == "cuda" and st.get("rng_cuda") is not None:
-            torch.cuda.set_rng_state(st["rng_cuda"], device)
+        actor_b.load_state(ckpt / "actor-optim")
+        if critic_b is not None:
+            critic_b.load_state(ckpt / "critic-optim")
+        rng = torch.load(ckpt / f"rng-rank{dist.rank}.pt", weights_only=False)
+        torch.set_rng_state(rng["cpu"])
+        random.setstate(rng["py"])
+        if device.type == "cuda" and rng.get("cuda") is not None:
+            torch.cuda.set_rng_state(rng["cuda"], device)
+    actor = actor_b.module
+    critic = critic_b.module if critic_b is not None else None
+    model_dtype = torch.bfloat16 if (bf16 and dist.deepspeed) else torch.float32
+    ref = None
+    if cfg.ppo.kl_coef > 0 or cfg.model.ref is not None:
+        ref = load_causal_lm(cfg.model.ref or init_actor, dtype=model_dtype).to(device).eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+    # ZeRO-3 partitions the actor's weights: generation (an unknown number of forward passes per
+    # rank) runs on a full copy, refreshed from the trainer after every update
+    rollout_model = actor
+    if _is_zero3(actor_b):
+        rollout_model = load_causal_lm(init_actor, dtype=model_dtype).to(device).eval()
+        for p in rollout_model.parameters():
+            p.requires_grad_(False)
+    if dist.main:
+        log(
+            f"ppo: {len(tasks)} tasks, steps {start + 1}..{cfg.ppo.steps}, device {device}, "
+            f"{actor_b.name} backend{' (ZeRO-3, rollout copy)' if rollout_model is not actor else ''}"
+            f", {'bf16' if bf16 else 'fp32'}, world {dist.world}, "
+            f"critic {'on' if critic is not None else 'off'}"
+        )
+
     policy_loss = PolicyLoss(cfg.ppo.eps_low, cfg.ppo.eps_high, cfg.ppo.dual_clip, cfg.ppo.tis_cap)
     value_loss = ValueLoss(cfg.ppo.value_clip)
     mlog = MetricsLogger(
@@ -281,19 +362,32 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
         enabled=dist.main,
     )
     history = []
-    autocast = bf16
+    dummy_seq, dummy_pos = [[0, 0]], [[1]]  # a padding micro-batch (see _lockstep)
 
     for step in range(start, cfg.ppo.steps):
         t_step = time.monotonic()
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        trajs, times = _rollout(cfg, actor, tok, tasks, step, out, dist, reward_fn)
-        with RecordWriter(out / "trajectories.jsonl") as w:
+        if rollout_model is not actor:
+            _sync_rollout_weights(rollout_model, actor_b)
+        trajs, times = _rollout(cfg, rollout_model, tok, tasks, step, out, dist, reward_fn)
+        for t in trajs:
+            t.meta["ppo_step"] = step + 1
+            t.meta["rank"] = dist.rank
+        path = (
+            out / "trajectories.jsonl"
+            if dist.world == 1
+            else out / f"trajectories.rank{dist.rank}.jsonl"
+        )
+        with RecordWriter(path) as w:
             for t in trajs:
-                t.meta["ppo_step"] = step + 1
                 w.write(t)
-        metrics = _masked_stats(trajs)
-        metrics.update(times)
+        rows = [r for part in _gather([_episode_row(t) for t in trajs], dist) for r in part]
+        metrics = _episode_stats(rows)
+        all_times = _gather(times, dist)
+        for k in times:
+            metrics[k] = sum(x[k] for x in all_times) / len(all_times)  # mean over ranks
+        metrics["rollout_s_max"] = max(x["rollout_s"] for x in all_times)
         t_train = time.monotonic()
         samples = build_samples(trajs, cfg.ppo.per_turn_samples)
 
@@ -303,8 +397,17 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
         vals = [torch.zeros(n) for n in T]
         ref_lp = [torch.zeros(n) for n in T]
         actor.eval()
-        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
-            for group in micro_batches(samples, cfg.ppo.micro_batch_tokens):
+        if critic is not None:
+            critic.eval()
+        with torch.no_grad(), actor_b.autocast():
+            for group in _lockstep(
+                micro_batches(samples, cfg.ppo.micro_batch_tokens), dist, device
+            ):
+                if group is None:  # keep ZeRO-3's parameter gathers in step with other ranks
+                    batch_logprobs(actor, dummy_seq, dummy_pos, device)
+                    if critic is not None:
+                        batch_values(critic, dummy_seq, dummy_pos, device)
+                    continue
                 seqs = [trajs[s.traj].token_ids[: s.end] for s in group]
                 poss = [s.positions for s in group]
                 lps, _ = batch_logprobs(actor, seqs, poss, device)
@@ -313,14 +416,14 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
                 for j, s in enumerate(group):
                     old_lp[s.traj][s.positions] = lps[j].float().cpu()
                     if vs is not None:
-                        vals[s.traj][s.positions] = vs[j].cpu()
+                        vals[s.traj][s.positions] = vs[j].float().cpu()
                     if rls is not None:
                         ref_lp[s.traj][s.positions] = rls[j].float().cpu()
         actor.train()
+        if critic is not None:
+            critic.train()
 
         # --- advantages and returns over whole episodes
-        from cuda_agent.critic.gae import gae
-
         adv, ret = [], []
         if critic is not None:
             for k, t in enumerate(trajs):
@@ -332,63 +435,61 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
                 a, rt = gae(vals[k][None], r, m, cfg.ppo.gamma, cfg.ppo.lam)
                 adv.append(a[0])
                 ret.append(rt[0])
-        else:  # critic-free baseline: reward minus the step's mean reward
-            base = sum(t.reward for t in trajs) / len(trajs)
+        else:  # critic-free baseline: reward minus the step's mean reward (over all ranks)
+            base = metrics["reward_mean"]
             for t in trajs:
                 m = torch.tensor(t.loss_mask, dtype=torch.float32)
                 adv.append((t.reward - base) * m)
                 ret.append(t.reward * m)
-        # global whitening over all policy tokens of all ranks
+        masks = [torch.tensor(t.loss_mask, dtype=torch.bool) for t in trajs]
         flat_a = (
-            torch.cat(
-                [
-                    a[torch.tensor(t.loss_mask, dtype=torch.bool)]
-                    for a, t in zip(adv, trajs, strict=True)
-                ]
-            )
-            if trajs
-            else torch.zeros(0)
+            torch.cat([a[m] for a, m in zip(adv, masks, strict=True)]) if trajs else torch.zeros(0)
         )
-        n_tok, s1, s2 = dist.sum(
-            [float(flat_a.numel()), float(flat_a.sum()), float((flat_a**2).sum())], device
+        n_tok, s1, s2 = _allsum(
+            [float(flat_a.numel()), float(flat_a.sum()), float((flat_a**2).sum())], dist, device
         )
         if cfg.ppo.whiten_advantages and n_tok > 1:
             mean = s1 / n_tok
             var = max(s2 / n_tok - mean**2, 0.0)
             adv = [
-                whiten_with(a, torch.tensor(mean), torch.tensor(var))
-                * torch.tensor(t.loss_mask, dtype=torch.float32)
-                for a, t in zip(adv, trajs, strict=True)
+                whiten_with(a, torch.tensor(mean), torch.tensor(var)) * m.float()
+                for a, m in zip(adv, masks, strict=True)
             ]
         if critic is not None:
-            vm = torch.cat(
-                [vals[k][torch.tensor(t.loss_mask, dtype=torch.bool)] for k, t in enumerate(trajs)]
+            vm = torch.cat([vals[k][m] for k, m in enumerate(masks)]) if trajs else torch.zeros(0)
+            rm = torch.cat([ret[k][m] for k, m in enumerate(masks)]) if trajs else torch.zeros(0)
+            vm_all = torch.cat([torch.tensor(x) for x in _gather(vm.tolist(), dist)])
+            rm_all = torch.cat([torch.tensor(x) for x in _gather(rm.tolist(), dist)])
+            metrics["explained_variance"] = explained_variance(
+                vm_all, rm_all, torch.ones_like(vm_all)
             )
-            rm = torch.cat(
-                [ret[k][torch.tensor(t.loss_mask, dtype=torch.bool)] for k, t in enumerate(trajs)]
-            )
-            metrics["explained_variance"] = explained_variance(vm, rm, torch.ones_like(vm))
-            metrics["value_mean"] = float(vm.mean()) if vm.numel() else 0.0
+            metrics["value_mean"] = float(vm_all.mean()) if vm_all.numel() else 0.0
 
         # --- K epochs of minibatch updates
         agg = _Means()
-
         train_actor = step >= cfg.ppo.critic_warmup_steps
-        rng = random.Random(cfg.train.seed * 7 + step)
+        rng = random.Random(cfg.train.seed * 7 + step + 1_000_003 * dist.rank)
+        nmb = max(1, cfg.ppo.minibatches)  # the same on every rank (equal optimizer steps)
         for _epoch in range(cfg.ppo.epochs):
             order = list(range(len(samples)))
             rng.shuffle(order)
-            nmb = max(1, min(cfg.ppo.minibatches, len(order)))
             for b in range(nmb):
                 mb: list[Sample] = [samples[i] for i in order[b::nmb]]
-                local_tokens = float(sum(len(s.positions) for s in mb))
-                (gtok,) = dist.sum([local_tokens], device)
-                gtok = max(gtok, 1.0)
-                if train_actor:
-                    opt_a.zero_grad(set_to_none=True)
-                if opt_c is not None:
-                    opt_c.zero_grad(set_to_none=True)
-                for group in micro_batches(mb, cfg.ppo.micro_batch_tokens):
+                (gtok,) = _allsum([float(sum(len(s.positions) for s in mb))], dist, device)
+                if gtok == 0:  # no policy token on any rank: nothing to update
+                    continue
+                groups = _lockstep(micro_batches(mb, cfg.ppo.micro_batch_tokens), dist, device)
+                for gi, group in enumerate(groups):
+                    last = gi == len(groups) - 1
+                    if group is None:  # zero-loss micro-batch: ZeRO's collectives stay in step
+                        with actor_b.autocast():
+                            if train_actor:
+                                lps, _ = batch_logprobs(actor, dummy_seq, dummy_pos, device)
+                                actor_b.backward(lps[0].sum() * 0.0, last)
+                            if critic_b is not None:
+                                v = batch_values(critic, dummy_seq, dummy_pos, device)
+                                critic_b.backward(v[0].sum() * 0.0, last)
+                        continue
                     seqs = [trajs[s.traj].token_ids[: s.end] for s in group]
                     poss = [s.positions for s in group]
                     n_here = sum(len(p) for p in poss)
@@ -401,7 +502,7 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
                     adv_g = cat([adv[s.traj] for s in group])
                     old_g = cat([old_lp[s.traj] for s in group])
                     mask = torch.ones_like(adv_g)
-                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+                    with actor_b.autocast():
                         if train_actor:
                             lps, ents = batch_logprobs(actor, seqs, poss, device, with_entropy=True)
                             lp = torch.cat(lps)[None]
@@ -420,7 +521,7 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
                                 )
                                 loss = loss + cfg.ppo.kl_coef * kl.sum() / gtok
                                 agg.add("kl", float(kl.mean()))
-                            loss.backward()
+                            actor_b.backward(loss, last)
                             agg.add(
                                 "policy_loss", float(out_pl.loss.detach()) * gtok / max(n_here, 1)
                             )
@@ -431,35 +532,32 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
                             agg.extreme("ratio_min", out_pl.ratio_min, min)
                             agg.add("tis_capped_frac", out_pl.tis_capped_frac)
                             agg.add("entropy", float(ent_sum.detach()) / max(n_here, 1))
-                        if critic is not None:
+                        if critic_b is not None:
                             v = torch.cat(batch_values(critic, seqs, poss, device))[None]
                             vl, vclip = value_loss(
-                                v,
+                                v.float(),
                                 cat([vals[s.traj] for s in group]),
                                 cat([ret[s.traj] for s in group]),
                                 mask,
                                 global_tokens=gtok,
                             )
-                            vl.backward()
+                            critic_b.backward(vl, last)
                             agg.add("value_loss", float(vl.detach()) * gtok / max(n_here, 1))
                             agg.add("value_clipfrac", vclip)
-                if dist.world > 1:
-                    _all_reduce_grads(actor if train_actor else None, critic)
                 if train_actor:
-                    gn = torch.nn.utils.clip_grad_norm_(actor.parameters(), cfg.ppo.max_grad_norm)
-                    agg.add("actor_grad_norm", float(gn))
-                    opt_a.step()
-                if opt_c is not None:
-                    gn = torch.nn.utils.clip_grad_norm_(critic.parameters(), cfg.ppo.max_grad_norm)
-                    agg.add("critic_grad_norm", float(gn))
-                    opt_c.step()
-        metrics.update(agg.result())
+                    agg.add("actor_grad_norm", actor_b.step())
+                if critic_b is not None:
+                    agg.add("critic_grad_norm", critic_b.step())
+        metrics.update(_Means.merge(_gather(agg, dist)).result())
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         metrics["train_s"] = time.monotonic() - t_train
         metrics["step_s"] = time.monotonic() - t_step
         metrics["sandbox_time_share"] = metrics["sandbox_eval_s"] / max(metrics["step_s"], 1e-9)
         metrics["actor_updated"] = float(train_actor)
         if device.type == "cuda":
-            metrics["peak_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
+            peak = torch.cuda.max_memory_allocated(device) / 2**30
+            metrics["peak_mem_gib"] = max(_gather(peak, dist))
         mlog.write(step + 1, metrics)
         history.append(metrics)
         if dist.main:
@@ -470,10 +568,14 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
                 f"(rollout {metrics['rollout_s']:.1f}s, train {metrics['train_s']:.1f}s)"
             )
         if (step + 1) % max(cfg.train.save_every, 1) == 0 or step + 1 == cfg.ppo.steps:
-            _save(out, step + 1, actor, critic, tok, opt_a, opt_c, device, cfg, dist)
+            _save(out, step + 1, actor_b, critic_b, tok, device, cfg, dist)
     mlog.close()
     if dist.main and history:
         _publish_final(out)
+    if dist.world > 1:
+        import torch.distributed as tdist
+
+        tdist.barrier()
     return history
 
 
@@ -513,57 +615,87 @@ class _Means:
     def result(self) -> dict[str, float]:
         return {**{k: self.sums[k] / self.counts[k] for k in self.sums}, **self.ext}
 
-
-def _all_reduce_grads(*models: Any) -> None:
-    import torch.distributed as tdist
-
-    for m in models:
-        if m is None:
-            continue
-        for p in m.parameters():
-            if p.grad is not None:
-                tdist.all_reduce(p.grad)
+    @staticmethod
+    def merge(parts: list[_Means]) -> _Means:
+        """The means and extremes over several ranks' accumulators."""
+        out = _Means()
+        for p in parts:
+            for k, v in p.sums.items():
+                out.sums[k] = out.sums.get(k, 0.0) + v
+                out.counts[k] = out.counts.get(k, 0) + p.counts[k]
+            for k, v in p.ext.items():
+                fn = min if k.endswith("_min") else max
+                out.extreme(k, v, fn)
+        return out
 
 
 def _save(
-    out: Path, step: int, actor, critic, tok, opt_a, opt_c, device, cfg: PPOConfig, dist: Dist
+    out: Path,
+    step: int,
+    actor_b: Any,
+    critic_b: Any,
+    tok: Any,
+    device: Any,
+    cfg: PPOConfig,
+    dist: Any,
 ) -> Path:
+    """``OUT/checkpoint-<step>``: actor and critic (HF directories), their optimizer states, each
+    rank's RNG states and ``ppo_state.json`` (collective on several ranks)."""
     final = out / f"checkpoint-{step}"
-    if not dist.main:
-        return final
     tmp = out / f".tmp-checkpoint-{step}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    actor.save_pretrained(tmp / "actor")
-    tok.save_pretrained(tmp / "actor")
-    if critic is not None:
-        critic.save_pretrained(tmp / "critic")
+    if dist.main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for d in ("actor-optim", "critic-optim"):
+            (tmp / d).mkdir(parents=True)
+    _barrier(dist)
+    sd_a = actor_b.full_state_dict()
+    sd_c = critic_b.full_state_dict() if critic_b is not None else None
+    actor_b.save_state(tmp / "actor-optim")
+    if critic_b is not None:
+        critic_b.save_state(tmp / "critic-optim")
     torch.save(
         {
-            "actor": opt_a.state_dict(),
-            "critic": opt_c.state_dict() if opt_c is not None else None,
-            "rng_cpu": torch.get_rng_state(),
-            "rng_py": random.getstate(),
-            "rng_cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+            "cpu": torch.get_rng_state(),
+            "py": random.getstate(),
+            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
         },
-        tmp / "optim.pt",
+        tmp / f"rng-rank{dist.rank}.pt",
     )
-    (tmp / STATE_FILE).write_text(
-        json.dumps({"step": step, "config": msgspec_to_builtins(cfg)}, indent=1)
-    )
-    # the rft trainer's "latest" convention, so its latest_checkpoint() finds ours
-    (tmp / "trainer_state.json").write_text(json.dumps({"step": step}))
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-    (out / "latest.tmp").write_text(final.name)
-    (out / "latest.tmp").replace(out / "latest")
-    old = sorted(
-        (p for p in out.glob("checkpoint-*") if p != final), key=lambda p: int(p.name.split("-")[1])
-    )
-    for p in old[: max(0, len(old) - (cfg.train.keep_checkpoints - 1))]:
-        shutil.rmtree(p, ignore_errors=True)
-    log(f"ppo: saved {final}")
+    _barrier(dist)
+    if dist.main:
+        actor_b.module.save_pretrained(tmp / "actor", state_dict=sd_a)
+        tok.save_pretrained(tmp / "actor")
+        if critic_b is not None:
+            critic_b.module.save_pretrained(tmp / "critic", state_dict=sd_c)
+        state = {
+            "step": step,
+            "world_size": dist.world,
+            "backend": actor_b.name,
+            "config": msgspec_to_builtins(cfg),
+        }
+        (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
+        # the rft trainer's "latest" convention, so its latest_checkpoint() finds ours
+        (tmp / "trainer_state.json").write_text(json.dumps({"step": step}))
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        (out / "latest.tmp").write_text(final.name)
+        (out / "latest.tmp").replace(out / "latest")
+        old = sorted(
+            (p for p in out.glob("checkpoint-*") if p != final),
+            key=lambda p: int(p.name.split("-")[1]),
+        )
+        for p in old[: max(0, len(old) - (cfg.train.keep_checkpoints - 1))]:
+            shutil.rmtree(p, ignore_errors=True)
+        log(f"ppo: saved {final}")
+    _barrier(dist)
     return final
+
+
+def _barrier(dist: Any) -> None:
+    if dist.world > 1:
+        import torch.distributed as tdist
+
+        tdist.barrier()
 
 
 def msgspec_to_builtins(cfg: Any) -> Any:

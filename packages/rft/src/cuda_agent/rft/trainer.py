@@ -119,12 +119,20 @@ def _free_port() -> int:
 def _init_dist(cfg: TrainConfig) -> Dist:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if cfg.deepspeed is None:
-        if world > 1:
-            raise TrainError(
-                f"{world} processes were launched, but only the DeepSpeed backend runs on "
-                "several ranks: pass --deepspeed configs/ds_zero2.json"
-            )
-        return Dist()
+        if world == 1:
+            return Dist()
+        # several ranks without DeepSpeed: every rank holds the whole model and the gradients
+        # are summed by an all-reduce before the update (plain data parallelism)
+        import torch
+        import torch.distributed as tdist
+
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        cuda = torch.cuda.is_available() and cfg.device != "cpu"
+        if cuda:
+            torch.cuda.set_device(local_rank)
+        if not tdist.is_initialized():
+            tdist.init_process_group("nccl" if cuda else "gloo")
+        return Dist(tdist.get_rank(), tdist.get_world_size(), local_rank, False, not cuda)
     try:
         import deepspeed
     except ImportError as e:
@@ -160,7 +168,7 @@ def _init_dist(cfg: TrainConfig) -> Dist:
 def _resolve_device(cfg: TrainConfig, dist: Dist) -> Any:
     import torch
 
-    if dist.deepspeed:
+    if dist.deepspeed or dist.world > 1:
         return torch.device("cpu") if dist.cpu else torch.device("cuda", dist.local_rank)
     if cfg.device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -260,14 +268,14 @@ def latest_checkpoint(out: Path) -> Path | None:
 
 
 def _barrier(dist: Dist) -> None:
-    if dist.deepspeed:
+    if dist.world > 1:
         import torch.distributed as tdist
 
         tdist.barrier()
 
 
 def _all_reduce(values: list[float], dist: Dist, device: Any) -> list[float]:
-    if not dist.deepspeed or dist.world == 1:
+    if dist.world == 1:
         return values
     import torch
     import torch.distributed as tdist
@@ -285,14 +293,27 @@ class Backend:
     ``b.backward(loss)``, where ``loss`` is already divided by the units of the whole global
     step; then ``grad_norm = b.step()``. Gradients are sums over ranks, clipped to
     ``cfg.max_grad_norm``; the LR follows warm-up + cosine over ``total_steps``.
+
+    ``variable_accumulation=True`` (PPO, whose optimizer steps have a varying number of
+    micro-batches): the caller passes ``last=True`` to the final ``backward`` of a step and
+    ``step()`` applies the update. Under ZeRO every ``backward`` is collective, so every rank
+    must call it equally often (pad with a zero loss, see ``ppo``).
     """
 
     def __init__(
-        self, model: Any, cfg: TrainConfig, dist: Dist, device: Any, bf16: bool, total_steps: int
+        self,
+        model: Any,
+        cfg: TrainConfig,
+        dist: Dist,
+        device: Any,
+        bf16: bool,
+        total_steps: int,
+        variable_accumulation: bool = False,
     ):
         import torch
 
         self.cfg, self.dist, self.device, self.bf16 = cfg, dist, device, bf16
+        self.variable_accumulation = variable_accumulation
         if cfg.grad_ckpt:
             enable_checkpointing(model)
         model.to(device)
@@ -341,12 +362,16 @@ class Backend:
 
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._autocast)
 
-    def backward(self, loss: Any) -> None:
-        """Accumulate the gradient of one micro-batch's (globally normalised) loss."""
+    def backward(self, loss: Any, last: bool = True) -> None:
+        """Accumulate the gradient of one micro-batch's (globally normalised) loss; ``last``
+        marks the final micro-batch of an optimizer step (``variable_accumulation`` only)."""
         if self.engine is not None:
+            if self.variable_accumulation:
+                self.engine.set_gradient_accumulation_boundary(last)
             # DeepSpeed averages gradients over ranks: undo that to keep a global-batch sum
             self.engine.backward(loss * self.dist.world, scale_wrt_gas=False)
-            self.engine.step()  # a no-op until the accumulation boundary
+            if not self.variable_accumulation:
+                self.engine.step()  # a no-op until the accumulation boundary
         else:
             loss.backward()
 
@@ -355,8 +380,18 @@ class Backend:
         import torch
 
         if self.engine is not None:
+            if self.variable_accumulation:
+                self.engine.step()
             gn = self.engine.get_global_grad_norm()
             return float(gn) if gn is not None else float("nan")
+        if self.dist.world > 1:  # plain data parallelism: sum the gradients of all ranks
+            import torch.distributed as tdist
+
+            for p in self.model.parameters():
+                if p.requires_grad:
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
+                    tdist.all_reduce(p.grad)
         gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
         self.optimizer.step()
         self.scheduler.step()
