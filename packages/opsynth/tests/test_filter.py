@@ -186,3 +186,47 @@ def test_shrink_halves_size_constants_consistently():
     assert "height, width = 128, 32" in small or input_numel(small) <= 4096
     assert changed["height"][0] == 512 and changed["width"][0] == 256
     assert shrink_source(GOOD.ref_code, 1 << 20) == (GOOD.ref_code, {})
+
+
+def test_compile_deferred_outside_window_and_probe_seconds_recorded():
+    """A task outside the window is not compiled (the GPU run's biggest cost); inside, it is."""
+    f = TaskFilter(
+        FilterConfig(
+            backend="cpu",
+            window_ms=(1e5, 1e6),
+            compile=True,
+            compile_backend="aot_eager",
+            rescale=False,
+            timeout_s=120,
+        )
+    )
+    try:
+        v = f.check(GOOD)
+        assert v.reason == "too_fast"
+        assert "compile_deferred" in v.probe["checks"] and "compile" not in v.probe["checks"]
+        assert v.task.meta["rejected"]["probe_s"] > 0
+        f.cfg = dataclasses.replace(f.cfg, window_ms=(0.0, 1e9))
+        v = f.check(GOOD)
+        assert v.passed, v.detail
+        assert "compile" in v.task.meta["filter"]["checks"]
+        assert v.task.meta["filter"]["probe_s"] > 0
+    finally:
+        f.close()
+
+
+def test_timing_lock_serialises_timing(tmp_path, monkeypatch):
+    """With $OPSYNTH_TIMING_LOCK held elsewhere, a task cannot time (and times out); freed, it can."""
+    import fcntl
+
+    lock = tmp_path / "timing.lock"
+    monkeypatch.setenv("OPSYNTH_TIMING_LOCK", str(lock))
+    f = TaskFilter(FilterConfig(backend="cpu", window_ms=(0.0, 1e9), compile=False, timeout_s=8))
+    try:
+        with open(lock, "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            v = f.check(GOOD)
+            assert v.reason == "timeout", (v.reason, v.detail)
+        v = f.check(GOOD)
+        assert v.passed, v.detail
+    finally:
+        f.close()

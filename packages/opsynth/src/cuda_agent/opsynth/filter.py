@@ -93,6 +93,7 @@ class TaskFilter:
         self.passed = 0
         self.rescaled = 0
         self.probe_seconds = 0.0
+        self._task_seconds = 0.0  # wall seconds of the current task's probes (all rescalings)
 
     def _probe(self, source: str) -> dict[str, Any]:
         pc = ProbeConfig(
@@ -103,14 +104,18 @@ class TaskFilter:
             time_budget_s=self.cfg.time_budget_s,
             slow_ms=self.cfg.window[1],
             shrink_numel=self.cfg.shrink_numel,
+            window_ms=list(self.cfg.window),
         )
         res = self.iso.run(source, pc.to_dict(), self.cfg.timeout_s, self.cfg.mem_gb)
-        self.probe_seconds += float(res.get("seconds") or 0.0)
+        secs = float(res.get("seconds") or 0.0)
+        self.probe_seconds += secs
+        self._task_seconds += secs
         return res
 
     def check(self, task: Task) -> Verdict:
         """Run every check on ``task`` (in a fresh process) and decide."""
         lo, hi = self.cfg.window
+        self._task_seconds = 0.0
         source = task.ref_code
         rescales: list[dict[str, Any]] = []
         res = self._probe(source)
@@ -145,6 +150,7 @@ class TaskFilter:
             "compile_checked": self.cfg.compile_backend if self.cfg.compile else None,
             "mode": self.cfg.mode,
             "input_id": task.id,
+            "probe_s": round(self._task_seconds, 3),
         }
         if rescales:
             info["rescaled"] = rescales
@@ -167,7 +173,12 @@ class TaskFilter:
         rescales: list[dict[str, Any]],
     ) -> Verdict:
         self.reasons[reason] += 1
-        info: dict[str, Any] = {"reason": reason, "detail": detail, "backend": self.cfg.backend}
+        info: dict[str, Any] = {
+            "reason": reason,
+            "detail": detail,
+            "backend": self.cfg.backend,
+            "probe_s": round(self._task_seconds, 3),
+        }
         if res.get("eager_ms") is not None:
             info["eager_ms"] = round(float(res["eager_ms"]), 4)
         if rescales:
@@ -183,6 +194,8 @@ class TaskFilter:
         if self.rescaled:
             parts.append(f"{self.rescaled} after rescaling")
         parts += [f"{r} {n}" for r, n in self.reasons.most_common()]
+        if self.cfg.compile and self.iso.warm is not None:
+            parts.append(f"compile imports pre-warmed in the zygote: {self.iso.warm}")
         return "filter: " + ", ".join(parts)
 
     def close(self) -> None:

@@ -1,0 +1,435 @@
+"""The issue-7 GPU run in one process tree: compose N tasks, run them through the full filter in
+parallel workers on one GPU, then run the filter on an Ops-6K sample; write JSON summaries.
+
+    python3 packages/opsynth/benchmarks/gpu_run.py OUTDIR      (called by bin/gpu-check-opsynth.sh)
+
+Environment (defaults in brackets): BUDGET_S [240] wall seconds for everything (a deadline:
+workers still running are stopped and their finished records kept), BACKEND [cuda], SIZE
+[gpu on cuda, tiny on cpu], N [500] composed tasks, SEED [0], WORKERS [min(14, cores - 2)]
+filter workers, OURS_SHARE [0.6] share of the filter time for our tasks before the Ops-6K part
+starts (unused time passes on), OPS6K [.gpu-data/ops6k_300.jsonl] Task JSONL of the Ops-6K
+sample (skipped with a message when absent), COMPILE [1], COMPILE_BACKEND [inductor],
+TIME_BUDGET [0.3] seconds of eager timing per probe, TASK_TIMEOUT [60] seconds per probe,
+MEM_GB [8] per-task memory cap (GPU memory on cuda), TIMING_LOCK [1] serialise eager timing
+across workers (one GPU: concurrent timing would inflate every time).
+
+Writes OUTDIR/{ours,ops6k}.json (compose/filter statistics, throughput, funnel), the task
+files (composed, kept.*, rejected.*) and worker logs. Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+T0 = time.monotonic()
+ENV = os.environ
+BUDGET_S = float(ENV.get("BUDGET_S", "240"))
+BACKEND = ENV.get("BACKEND", "cuda")
+SIZE = ENV.get("SIZE", "gpu" if BACKEND == "cuda" else "tiny")
+N = int(ENV.get("N", "500"))
+SEED = int(ENV.get("SEED", "0"))
+WORKERS = int(ENV.get("WORKERS", str(max(1, min(14, (os.cpu_count() or 2) - 2)))))
+OURS_SHARE = float(ENV.get("OURS_SHARE", "0.6"))
+OPS6K = Path(ENV.get("OPS6K", ".gpu-data/ops6k_300.jsonl"))
+COMPILE = ENV.get("COMPILE", "1") == "1"
+COMPILE_BACKEND = ENV.get("COMPILE_BACKEND", "inductor")
+TIME_BUDGET = float(ENV.get("TIME_BUDGET", "0.3"))
+TASK_TIMEOUT = float(ENV.get("TASK_TIMEOUT", "60"))
+MEM_GB = float(ENV.get("MEM_GB", "8"))
+TIMING_LOCK = ENV.get("TIMING_LOCK", "1") == "1"
+RESERVE_S = 12.0  # kept at the end for stopping workers and writing the summaries
+
+# filter reasons -> the check that raised them, in the order the probe runs the checks
+STAGES: list[tuple[str, tuple[str, ...]]] = [
+    ("load", ("load_error",)),
+    ("rng (no RNG consumed)", ("rng_consumed",)),
+    (
+        "runs (eager)",
+        ("eager_error", "out_of_memory", "timeout", "crash", "probe_error", "infra_error"),
+    ),
+    (
+        "sane output",
+        ("not_tensor", "empty_output", "nonfinite", "constant_output", "saturated_output"),
+    ),
+    ("deterministic", ("nondeterministic",)),
+    ("input-dependent", ("input_independent",)),
+    ("time window", ("too_fast", "too_slow")),
+    ("torch.compile", ("compile_error", "compile_mismatch")),
+]
+HIST_EDGES_MS = (0.1, 0.3, 1, 3, 10, 30, 100, 300, 1000)
+
+
+def log(msg: str) -> None:
+    print(f"[gpu_run {time.monotonic() - T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def left() -> float:
+    return BUDGET_S - (time.monotonic() - T0)
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "cuda_agent.opsynth.cli", *args]
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line:
+            with contextlib.suppress(ValueError):  # a line cut short by a stopped worker
+                out.append(json.loads(line))
+    return out
+
+
+def run_pool(
+    cmds: list[tuple[list[str], Path]], deadline_s: float, env: dict[str, str]
+) -> dict[str, Any]:
+    """Start every command (own process group, stderr to its log); stop them at the deadline
+    (SIGINT, then SIGKILL after 8 s). Returns wall seconds and whether the deadline hit."""
+    t0 = time.monotonic()
+    procs = []
+    for cmd, logf in cmds:
+        fh = open(logf, "w")  # noqa: SIM115 - closed after the pool ends
+        procs.append(
+            (
+                subprocess.Popen(
+                    cmd, stdout=subprocess.DEVNULL, stderr=fh, env=env, start_new_session=True
+                ),
+                fh,
+            )
+        )
+    stopped = False
+    while any(p.poll() is None for p, _ in procs):
+        if time.monotonic() - t0 > deadline_s:
+            stopped = True
+            log(
+                f"deadline ({deadline_s:.0f} s): stopping {sum(p.poll() is None for p, _ in procs)} workers"
+            )
+            for p, _ in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGINT)
+            t_stop = time.monotonic()
+            while any(p.poll() is None for p, _ in procs) and time.monotonic() - t_stop < 8:
+                time.sleep(0.2)
+            for p, _ in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+            break
+        time.sleep(0.5)
+    for _, fh in procs:
+        fh.close()
+    return {
+        "wall_s": round(time.monotonic() - t0, 2),
+        "stopped_at_deadline": stopped,
+        "exit_codes": [p.returncode for p, _ in procs],
+    }
+
+
+def pcts(xs: list[float]) -> dict[str, float] | None:
+    if not xs:
+        return None
+    xs = sorted(xs)
+
+    def q(p: float) -> float:
+        return round(xs[min(len(xs) - 1, int(p * len(xs)))], 4)
+
+    return {
+        "p10": q(0.1),
+        "p50": q(0.5),
+        "p90": q(0.9),
+        "max": round(xs[-1], 4),
+        "mean": round(sum(xs) / len(xs), 4),
+    }
+
+
+def histogram(xs: list[float]) -> dict[str, int]:
+    h = {}
+    edges = (0.0, *HIST_EDGES_MS, math.inf)
+    for a, b in zip(edges, edges[1:], strict=False):
+        label = f"[{a:g}, {b:g})" if b != math.inf else f">= {a:g}"
+        h[label] = sum(a <= x < b for x in xs)
+    return h
+
+
+def summarize(
+    name: str,
+    kept: list[dict],
+    rejected: list[dict],
+    total: int,
+    pool: dict[str, Any],
+    window: list[float],
+    workers: int,
+) -> dict[str, Any]:
+    """Filter statistics of one set: funnel, reasons, eager-time distribution, throughput."""
+    reasons = Counter(str(t["meta"].get("rejected", {}).get("reason")) for t in rejected)
+    done = len(kept) + len(rejected)
+    funnel = []
+    entered = done
+    for stage, codes in STAGES:
+        dropped = sum(reasons.get(c, 0) for c in codes)
+        funnel.append(
+            {
+                "check": stage,
+                "entered": entered,
+                "rejected": dropped,
+                "pass_rate": round((entered - dropped) / entered, 4) if entered else None,
+                "reasons": {c: reasons[c] for c in codes if reasons.get(c)},
+            }
+        )
+        entered -= dropped
+    known = {c for _, codes in STAGES for c in codes}
+    other = {r: n for r, n in reasons.items() if r not in known}
+    eager_kept = [
+        float(t["meta"]["filter"]["eager_ms"])
+        for t in kept
+        if t["meta"].get("filter", {}).get("eager_ms") is not None
+    ]
+    # eager time as first measured (before any rescaling) for every task that got that far
+    first_ms: list[float] = []
+    for t in kept + rejected:
+        info = t["meta"].get("filter") or t["meta"].get("rejected") or {}
+        rs = info.get("rescaled") or []
+        if rs:
+            first_ms.append(float(rs[0]["eager_ms_before"]))
+        elif info.get("eager_ms") is not None:
+            first_ms.append(float(info["eager_ms"]))
+    probe_s = [
+        float((t["meta"].get("filter") or t["meta"].get("rejected") or {}).get("probe_s") or 0)
+        for t in kept + rejected
+    ]
+    wall = pool.get("wall_s") or 0.0
+    examples: dict[str, list[dict[str, str]]] = {}
+    for t in rejected:
+        r = str(t["meta"]["rejected"].get("reason"))
+        if len(examples.setdefault(r, [])) < 3:
+            ex = {
+                "name": t.get("name", ""),
+                "detail": str(t["meta"]["rejected"].get("detail", ""))[:240],
+            }
+            if "row" in t["meta"]:
+                ex["row"] = t["meta"]["row"]
+            examples[r].append(ex)
+    return {
+        "set": name,
+        "tasks_input": total,
+        "tasks_done": done,
+        "passed": len(kept),
+        "pass_rate": round(len(kept) / done, 4) if done else None,
+        "reasons": dict(reasons.most_common()),
+        "unstaged_reasons": other,
+        "funnel": funnel,
+        "rescaled_kept": sum(bool(t["meta"]["filter"].get("rescaled")) for t in kept),
+        "rescaled_any": sum(
+            bool((t["meta"].get("filter") or t["meta"].get("rejected") or {}).get("rescaled"))
+            for t in kept + rejected
+        ),
+        "window_ms": window,
+        "eager_ms_kept": pcts(eager_kept),
+        "eager_ms_kept_hist": histogram(eager_kept),
+        "eager_ms_first": pcts(first_ms),
+        "eager_ms_first_hist": histogram(first_ms),
+        "outside_window_first": sum(not (window[0] <= x <= window[1]) for x in first_ms),
+        "probe_s_per_task": pcts(probe_s),
+        "filter_wall_s": wall,
+        "workers": workers,
+        "stopped_at_deadline": pool.get("stopped_at_deadline"),
+        "tasks_per_hour": round(done / wall * 3600, 1) if wall else None,
+        "kept_per_hour": round(len(kept) / wall * 3600, 1) if wall else None,
+        "examples": examples,
+    }
+
+
+def filter_set(
+    name: str, src: Path, out: Path, budget_s: float, extra: list[str]
+) -> dict[str, Any]:
+    tasks = read_jsonl(src)
+    w = max(1, min(WORKERS, len(tasks)))
+    lock = out / "timing.lock"
+    env = dict(ENV)
+    if TIMING_LOCK:
+        env["OPSYNTH_TIMING_LOCK"] = str(lock.resolve())
+    args = [
+        "--backend",
+        BACKEND,
+        "--compile" if COMPILE else "--no-compile",
+        "--compile-backend",
+        COMPILE_BACKEND,
+        "--timeout",
+        str(TASK_TIMEOUT),
+        "--mem-gb",
+        str(MEM_GB),
+        "--time-budget",
+        str(TIME_BUDGET),
+        *extra,
+    ]
+    cmds = []
+    for i in range(w):
+        for f in (out / f"kept.{name}.{i}.jsonl", out / f"rejected.{name}.{i}.jsonl"):
+            f.unlink(missing_ok=True)
+        cmds.append(
+            (
+                cli(
+                    "filter",
+                    str(src),
+                    "--shard",
+                    f"{i}/{w}",
+                    "-o",
+                    str(out / f"kept.{name}.{i}.jsonl"),
+                    "--rejected",
+                    str(out / f"rejected.{name}.{i}.jsonl"),
+                    *args,
+                ),
+                out / f"filter.{name}.{i}.log",
+            )
+        )
+    log(f"filter {name}: {len(tasks)} tasks, {w} workers, {budget_s:.0f} s")
+    pool = run_pool(cmds, budget_s, env)
+    kept = [t for i in range(w) for t in read_jsonl(out / f"kept.{name}.{i}.jsonl")]
+    rej = [t for i in range(w) for t in read_jsonl(out / f"rejected.{name}.{i}.jsonl")]
+    lo, hi = (1.0, 100.0) if BACKEND == "cuda" else (1.0, 1000.0)
+    if "--min-ms" in extra:
+        lo = float(extra[extra.index("--min-ms") + 1])
+    if "--max-ms" in extra:
+        hi = float(extra[extra.index("--max-ms") + 1])
+    s = summarize(name, kept, rej, len(tasks), pool, [lo, hi], w)
+    s["filter_args"] = args
+    log(
+        f"filter {name}: {s['tasks_done']}/{len(tasks)} done in {pool['wall_s']} s, {s['passed']} kept, "
+        f"{s['tasks_per_hour']} tasks/h; reasons {s['reasons']}"
+    )
+    return s
+
+
+def compose(out: Path, budget_s: float) -> tuple[Path, dict[str, Any]]:
+    w = max(1, min(os.cpu_count() or 1, 16, N))
+    per = math.ceil(N / w)
+    cmds = []
+    for i in range(w):
+        f = out / f"composed.{i}.jsonl"
+        f.unlink(missing_ok=True)
+        cmds.append(
+            (
+                cli(
+                    "compose",
+                    "--n",
+                    str(per),
+                    "--seed",
+                    str(SEED * 1000 + i),
+                    "--size",
+                    SIZE,
+                    "-o",
+                    str(f),
+                ),
+                out / f"compose.{i}.log",
+            )
+        )
+    log(f"compose: {N} tasks, size {SIZE}, {w} processes x {per}")
+    pool = run_pool(cmds, budget_s, dict(ENV))
+    seen: set[str] = set()
+    tasks = []
+    for i in range(w):
+        for t in read_jsonl(out / f"composed.{i}.jsonl"):
+            if t["id"] not in seen:
+                seen.add(t["id"])
+                tasks.append(t)
+    tasks = tasks[:N]
+    path = out / "composed.jsonl"
+    path.write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    lengths = Counter(len(t.get("ops", [])) for t in tasks)
+    info = {
+        "requested": N,
+        "composed": len(tasks),
+        "size": SIZE,
+        "seed": SEED,
+        "processes": w,
+        "wall_s": pool["wall_s"],
+        "stopped_at_deadline": pool["stopped_at_deadline"],
+        "lengths": dict(sorted(lengths.items())),
+    }
+    log(f"compose: {len(tasks)} distinct tasks in {pool['wall_s']} s")
+    return path, info
+
+
+def env_info() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "backend": BACKEND,
+        "cores": os.cpu_count(),
+        "budget_s": BUDGET_S,
+        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+    }
+    with contextlib.suppress(OSError):
+        info["git_commit"] = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+    try:
+        info["gpu"] = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        info["gpu"] = None
+    info["knobs"] = {
+        k: ENV.get(k)
+        for k in (
+            "N",
+            "SIZE",
+            "SEED",
+            "WORKERS",
+            "OURS_SHARE",
+            "COMPILE",
+            "COMPILE_BACKEND",
+            "TIME_BUDGET",
+            "TASK_TIMEOUT",
+            "MEM_GB",
+            "TIMING_LOCK",
+        )
+        if ENV.get(k)
+    }
+    return info
+
+
+def main() -> int:
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "gpu-out/opsynth")
+    out.mkdir(parents=True, exist_ok=True)
+    info = env_info()
+    (out / "env.json").write_text(json.dumps(info, indent=2))
+    composed, cinfo = compose(out, max(10.0, 0.15 * left()))
+    have_ops6k = OPS6K.exists()
+    filter_time = left() - RESERVE_S
+    share = OURS_SHARE if have_ops6k else 1.0
+    ours = filter_set("ours", composed, out, max(5.0, share * filter_time), [])
+    ours["compose"] = cinfo
+    ours["env"] = info
+    (out / "ours.json").write_text(json.dumps(ours, indent=2))
+    if not have_ops6k:
+        msg = (
+            f"Ops-6K part skipped: {OPS6K} is absent (make it with "
+            "packages/opsynth/benchmarks/export_ops6k_sample.sh and carry .gpu-data)"
+        )
+        log(msg)
+        (out / "ops6k.json").write_text(json.dumps({"skipped": msg}, indent=2))
+        return 0
+    o6 = filter_set("ops6k", OPS6K, out, max(5.0, left() - RESERVE_S), [])
+    o6["env"] = info
+    (out / "ops6k.json").write_text(json.dumps(o6, indent=2))
+    log(f"done; {left():.0f} s of the budget left")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
