@@ -1,6 +1,7 @@
 """GPU acceptance run of the agent (issue #8); writes JSON into OUT_DIR (default ./gpu-out/agent).
 
-Sections (each guarded by the remaining time budget; partial results are saved after each):
+Sections (in the order tiny, scripted; each guarded by the remaining time budget; partial
+results are saved after each):
   scripted  the ScriptedPolicy solves a fixture task through the real sandbox: reads, writes a
             kernel + binding + ModelNew in the workdir format, compiles, verifies (PROFILE=1:
             profiles), submits; then a fresh ``sandbox.evaluate`` and the reward. cuda: the sandbox's
@@ -352,7 +353,9 @@ def main() -> None:
 
     save()
     tok = load_tokenizer(make_tiny_model(Path(tempfile.mkdtemp(prefix="tok-")), seed=0))
-    plan = [("scripted", lambda: section_scripted(tok), 60), ("tiny", section_tiny, 30)]
+    # tiny first: short and predictable; the scripted episode (cold nvcc build, torch.compile
+    # baseline) then has the rest of the budget
+    plan = [("tiny", section_tiny, 30), ("scripted", lambda: section_scripted(tok), 60)]
     for name, fn, need in plan:
         if name not in SECTIONS:
             continue
