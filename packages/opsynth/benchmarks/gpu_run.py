@@ -5,12 +5,12 @@ parallel workers on one GPU, then run the filter on an Ops-6K sample; write JSON
 
 Environment (defaults in brackets): BUDGET_S [240] wall seconds for everything (a deadline:
 workers still running are stopped and their finished records kept), BACKEND [cuda], SIZE
-[gpu on cuda, tiny on cpu], N [500] composed tasks, SEED [0], WORKERS [min(14, cores - 2)]
+[gpu on cuda, tiny on cpu], N [500] composed tasks, SEED [0], WORKERS [min(12, cores - 2)]
 filter workers, OURS_SHARE [0.6] share of the filter time for our tasks before the Ops-6K part
 starts (unused time passes on), OPS6K [.gpu-data/ops6k_300.jsonl] Task JSONL of the Ops-6K
 sample (skipped with a message when absent), COMPILE [1], COMPILE_BACKEND [inductor],
 TIME_BUDGET [0.3] seconds of eager timing per probe, TASK_TIMEOUT [60] seconds per probe,
-MEM_GB [8] per-task memory cap (GPU memory on cuda), TIMING_LOCK [1] serialise eager timing
+MEM_GB [9] per-task memory cap (GPU memory on cuda), TIMING_LOCK [1] serialise eager timing
 across workers (one GPU: concurrent timing would inflate every time).
 
 Writes OUTDIR/{ours,ops6k}.json (compose/filter statistics, throughput, funnel), the task
@@ -38,14 +38,14 @@ BACKEND = ENV.get("BACKEND", "cuda")
 SIZE = ENV.get("SIZE", "gpu" if BACKEND == "cuda" else "tiny")
 N = int(ENV.get("N", "500"))
 SEED = int(ENV.get("SEED", "0"))
-WORKERS = int(ENV.get("WORKERS", str(max(1, min(14, (os.cpu_count() or 2) - 2)))))
+WORKERS = int(ENV.get("WORKERS", str(max(1, min(12, (os.cpu_count() or 2) - 2)))))
 OURS_SHARE = float(ENV.get("OURS_SHARE", "0.6"))
 OPS6K = Path(ENV.get("OPS6K", ".gpu-data/ops6k_300.jsonl"))
 COMPILE = ENV.get("COMPILE", "1") == "1"
 COMPILE_BACKEND = ENV.get("COMPILE_BACKEND", "inductor")
 TIME_BUDGET = float(ENV.get("TIME_BUDGET", "0.3"))
 TASK_TIMEOUT = float(ENV.get("TASK_TIMEOUT", "60"))
-MEM_GB = float(ENV.get("MEM_GB", "8"))
+MEM_GB = float(ENV.get("MEM_GB", "9"))
 TIMING_LOCK = ENV.get("TIMING_LOCK", "1") == "1"
 RESERVE_S = 12.0  # kept at the end for stopping workers and writing the summaries
 
