@@ -4,74 +4,19 @@ import json
 
 import pytest
 
-from cuda_agent.ppo.config import PPOConfig, load_config
+from cuda_agent.ppo.config import load_config
 from cuda_agent.ppo.trainer import train
-from cuda_agent.records import RecordWriter, Task
-
-REF = """import torch
-import torch.nn as nn
 
 
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x)
-
-
-def get_inputs():
-    return [torch.randn(8, 8)]
-
-
-def get_init_inputs():
-    return []
-"""
-
-
-def _tasks(path):
-    with RecordWriter(path) as w:
-        for i in range(3):
-            w.write(Task.make(f"ReLU_{i}", REF + f"# {i}\n"))
-    return path
-
-
-def _cfg(tmp_path, **ppo):
-    from cuda_agent.ppo.config import DataCfg, ModelCfg, PPOCfg, RolloutCfg, SandboxCfg, TrainCfg
-
-    return PPOConfig(
-        model=ModelCfg(tiny=True),
-        data=DataCfg(
-            tasks=str(_tasks(tmp_path / "tasks.jsonl")), tasks_per_step=2, samples_per_task=4
-        ),
-        rollout=RolloutCfg(
-            mode="single-turn", max_new_tokens=6, temperature=1.0, include_skill=False
-        ),
-        sandbox=SandboxCfg(backend="cpu"),
-        ppo=PPOCfg(**{"steps": 6, "epochs": 2, "actor_lr": 3e-3, "critic_lr": 3e-3, **ppo}),
-        train=TrainCfg(out=str(tmp_path / "run"), device="cpu", tensorboard=False, save_every=100),
-    )
-
-
-def _target_reward(tok):
-    """The fraction of generated tokens (end-of-turn excluded) from the first quarter of the
-    vocabulary: about 0.25 for a random model, 1.0 at best; dense enough to learn in a few steps."""
-    cut = len(tok) // 4
-    eot = tok.convert_tokens_to_ids("<|im_end|>")
-
-    def reward(t):
-        ids = [x for x, m in zip(t.token_ids, t.loss_mask, strict=True) if m and x != eot]
-        return sum(1 for x in ids if x < cut) / max(len(ids), 1)
-
-    return reward
-
-
-def test_reward_rises(tmp_path):
+def test_reward_rises(tmp_path, ppo_cfg, target_reward):
     from cuda_agent.agent.models import load_tokenizer
 
-    cfg = _cfg(tmp_path, use_critic=False, steps=6, epochs=4, minibatches=2, actor_lr=1e-2)
+    cfg = ppo_cfg(use_critic=False, steps=6, epochs=4, minibatches=2, actor_lr=1e-2)
     # the tokenizer of the tiny model is created by the first step; build it the same way here
     from cuda_agent.agent.models import make_tiny_model
 
     tiny = make_tiny_model(tmp_path / "run" / "tiny-actor", seed=cfg.train.seed)
-    hist = train(cfg, reward_fn=_target_reward(load_tokenizer(tiny)))
+    hist = train(cfg, reward_fn=target_reward(load_tokenizer(tiny)))
     r = [h["reward_mean"] for h in hist]
     assert len(r) == 6
     first, last = sum(r[:2]) / 2, sum(r[-2:]) / 2
@@ -79,12 +24,12 @@ def test_reward_rises(tmp_path):
     assert all("clipfrac" in h and "approx_kl" in h and "entropy" in h for h in hist)
 
 
-def test_critic_per_turn_resume_and_metrics(tmp_path):
+def test_critic_per_turn_resume_and_metrics(tmp_path, ppo_cfg, target_reward):
     from cuda_agent.agent.models import load_tokenizer, make_tiny_model
 
-    cfg = _cfg(tmp_path, steps=2, epochs=1, per_turn_samples=True, kl_coef=0.01)
+    cfg = ppo_cfg(steps=2, epochs=1, per_turn_samples=True, kl_coef=0.01)
     tiny = make_tiny_model(tmp_path / "run" / "tiny-actor", seed=cfg.train.seed)
-    rf = _target_reward(load_tokenizer(tiny))
+    rf = target_reward(load_tokenizer(tiny))
     import msgspec
 
     cfg1 = msgspec.structs.replace(cfg, ppo=msgspec.structs.replace(cfg.ppo, steps=1))
@@ -125,13 +70,13 @@ def test_config_validation(tmp_path):
         load_config(p)
 
 
-def test_resume_reproduces_the_next_step(tmp_path):
+def test_resume_reproduces_the_next_step(tmp_path, ppo_cfg, target_reward):
     """Two steps in one run == one step, stop, resume for the second (same metrics)."""
     import msgspec
 
     from cuda_agent.agent.models import load_tokenizer, make_tiny_model
 
-    base = _cfg(tmp_path, steps=2, epochs=1, minibatches=2)
+    base = ppo_cfg(steps=2, epochs=1, minibatches=2)
 
     def cfg_at(run):
         return msgspec.structs.replace(
@@ -141,7 +86,7 @@ def test_resume_reproduces_the_next_step(tmp_path):
     straight = cfg_at("straight")
     tiny = make_tiny_model(tmp_path / "straight" / "tiny-actor", seed=straight.train.seed)
     make_tiny_model(tmp_path / "split" / "tiny-actor", seed=straight.train.seed)
-    rf = _target_reward(load_tokenizer(tiny))
+    rf = target_reward(load_tokenizer(tiny))
     h = train(straight, reward_fn=rf)
     split = cfg_at("split")
     one = msgspec.structs.replace(split, ppo=msgspec.structs.replace(split.ppo, steps=1))
