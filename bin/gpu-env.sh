@@ -17,4 +17,5 @@ for spec in agent:agent critic:critic guards:guards kernelbench-eval:kernelbench
   printf '#!/bin/sh\nexec python3 -m cuda_agent.%s.cli "$@"\n' "$mod" > "/tmp/shims/$name"
   chmod +x "/tmp/shims/$name"
 done
+command -v python >/dev/null || ln -sf "$(command -v python3)" /tmp/shims/python
 export PATH=/tmp/shims:$PATH

@@ -287,13 +287,20 @@ def section_d() -> None:
         else:
             cands.append(kb(KB_SRC + f"\n# v{i}\n"))  # same extension source: cached build
     t = time.monotonic()
-    rows = run_eval("D", cands, ["--compile-jobs", "4"], left() - 10)
+    tag = os.environ.get("D_TAG", "D")
+    extra = ["--compile-jobs", "4"]
+    if os.environ.get("D_GPUS"):  # e.g. "all" or "0,1": one device worker per GPU
+        extra += ["--gpus", os.environ["D_GPUS"]]
+    rows = run_eval(tag, cands, extra, left() - 10)
     wall = time.monotonic() - t
     stages: dict[str, float] = {}
     for r in rows:
         for k, v in ((r.get("meta") or {}).get("stages_s") or {}).items():
             stages[k] = stages.get(k, 0.0) + v
-    REPORT["D"] = {
+    REPORT[tag] = {
+        "gpus": os.environ.get("D_GPUS") or "default (first visible)",
+        "verdicts": [r["status"] for r in rows],
+        "workers": sorted({str((r.get("meta") or {}).get("worker")) for r in rows}),
         "n": len(rows),
         "wall_s": round(wall, 1),
         "per_gpu_hour": round(len(rows) / wall * 3600, 1) if rows else 0,

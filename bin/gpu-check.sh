@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Every GPU acceptance run of the project, in sections, for one device call (docs/benchmarks.md).
+# Run from the repo root on the GPU machine; results go under $OUT/<section>/.
+#
+#   LANE0="ppo-ds sandbox-ab profiler guards kbeval agent" bash bin/gpu-check.sh       # one GPU
+#   LANE0="opsynth sandbox-d1" LANE1="train-all" bash bin/gpu-check.sh                # two GPUs
+#   LANE0="sandbox-d2 ppo-multi" bash bin/gpu-check.sh                                 # two GPUs
+#
+# Lanes run in parallel, each pinned to one GPU (LANE0 on GPU 0, LANE1 on GPU 1) unless its
+# sections need every GPU (sandbox-d2, ppo-multi); sections of a lane run in order, each under its
+# own time limit, and the whole call under DEADLINE_S. device: run(command=..., carry=[".whl",
+# ".gpu-data"]).
+set -u
+export OUT=${OUT:-$PWD/gpu-out}
+export COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+DEADLINE_S=${DEADLINE_S:-570}
+T0=$(date +%s)
+mkdir -p "$OUT"
+. bin/gpu-env.sh
+{
+  date -u; echo "commit $COMMIT"
+  nvidia-smi --query-gpu=index,name,compute_cap,driver_version,memory.total --format=csv,noheader
+  python3 -c "import torch, transformers, sys; print('torch', torch.__version__, 'transformers', transformers.__version__, 'python', sys.version.split()[0])"
+  python3 -c "import deepspeed; print('deepspeed', deepspeed.__version__)" 2>&1 | tail -1
+  nproc
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+
+left() { echo $(( DEADLINE_S - ($(date +%s) - T0) )); }
+say() { echo "[gpu-check $(( $(date +%s) - T0 ))s] $*" >&2; }
+
+# ---------------------------------------------------------------- sections (arg: time limit s)
+sec_ppo-ds() {  # PPO on DeepSpeed ZeRO-2 and ZeRO-3, one rank: steps, resume reproduces step 2
+  python3 -m pytest -q -p no:cacheprovider -rA packages/ppo/tests/test_deepspeed.py
+}
+sec_sandbox-ab() {  # one fused task, workdir + kernelbench candidates (strict guards); compile times
+  SECTIONS=A,B python3 packages/sandbox/benchmarks/gpu_check.py "$1" "$(( $2 - 10 ))"
+}
+sec_sandbox-d1() {  # throughput batch on one GPU
+  SECTIONS=D D_N=${D_N:-20} D_TAG=D1 D_GPUS=0 python3 packages/sandbox/benchmarks/gpu_check.py "$1" "$(( $2 - 10 ))"
+}
+sec_sandbox-d2() {  # the same batch on every GPU (one device worker per GPU)
+  SECTIONS=D D_N=${D_N:-20} D_TAG=D2 D_GPUS=all python3 packages/sandbox/benchmarks/gpu_check.py "$1" "$(( $2 - 10 ))"
+}
+sec_profiler() {  # ceilings (incl. read bandwidth) and the GPU tests (CUDA-graph replay)
+  OUT=$1 STAGES=${PROFILER_STAGES:-"ceilings tests"} bash bin/gpu-check-profiler.sh
+}
+sec_guards() {
+  OUT=$1 PYTEST_TIMEOUT=$(( $2 - 5 )) bash bin/gpu-check-guards.sh
+}
+sec_kbeval() { OUT=$(dirname "$1") BUDGET_S=$2 bash bin/gpu-check-kbeval.sh; }
+sec_agent() { OUT=$(dirname "$1") BUDGET_S=$2 bash bin/gpu-check-agent.sh; }
+sec_opsynth() { OUT=$(dirname "$1") BUDGET_S=$2 bash bin/gpu-check-opsynth.sh; }
+sec_train-all() {  # the whole pipeline on configs/h200-smoke.toml, then PPO resume from step 4
+  local run=/tmp/smoke
+  bash bin/train_all.sh --config configs/h200-smoke.toml --run-dir "$run" 2>&1 | tee "$1/train_all.log"
+  cp -r "$run/logs" "$1/stage-logs" 2>/dev/null
+  cp "$run/ppo/metrics.jsonl" "$1/ppo-metrics.jsonl" 2>/dev/null
+  cp "$run/warmup/metrics.jsonl" "$1/warmup-metrics.jsonl" 2>/dev/null
+  [ -d "$run/eval" ] && cp "$run/eval/report.md" "$run/eval/report.json" "$1/" 2>/dev/null
+  [ -f "$run/ppo/checkpoint-4/ppo_state.json" ] || { say "train-all: no checkpoint-4 to resume from"; return 1; }
+  local re=/tmp/smoke-resume
+  rm -rf "$re"; mkdir -p "$re"
+  cp -r "$run/ppo/checkpoint-4" "$run/ppo/tiny-actor" "$re/" 2>/dev/null
+  echo checkpoint-4 > "$re/latest"
+  head -n 4 "$run/ppo/metrics.jsonl" > "$re/metrics.jsonl"
+  ppo train --config configs/h200-smoke.toml --set "data.tasks=\"$run/data/tasks.jsonl\"" \
+    --set "train.out=\"$re\"" --set model.tiny=false --set "model.actor=\"$run/rft/final\"" \
+    --set "model.critic=\"$run/critic/final\"" --resume > "$1/resume.log" 2>&1
+  python3 - "$run/ppo/metrics.jsonl" "$re/metrics.jsonl" > "$1/resume_compare.json" <<'EOF'
+import json, sys
+a = [json.loads(x) for x in open(sys.argv[1])][4]
+b = [json.loads(x) for x in open(sys.argv[2])][4]
+keys = ["reward_mean", "policy_loss", "value_loss", "entropy", "clipfrac", "approx_kl",
+        "explained_variance", "actor_grad_norm", "critic_grad_norm"]
+print(json.dumps({k: {"straight": a.get(k), "resumed": b.get(k)} for k in keys}, indent=1))
+EOF
+  cat "$1/resume_compare.json"
+}
+sec_ppo-multi() {  # ZeRO-3, 2 ranks (torchrun) vs 1 rank, same seed, multi-turn, 3 steps
+  local tasks=/tmp/smoke/data/tasks.jsonl
+  if [ ! -s "$tasks" ]; then
+    tasks=/tmp/kb_tasks.jsonl
+    kernelbench-eval tasks --root packages/kernelbench-eval/tests/fixtures --levels 1,2 > "$tasks"
+  fi
+  local n=$(python3 -c "import torch; print(torch.cuda.device_count())")
+  local common=(--config configs/h200-smoke.toml --set "data.tasks=\"$tasks\"" --set ppo.steps=3
+    --set 'train.deepspeed="configs/ds_zero3.json"' --set data.tasks_per_step=4)
+  python3 -m torch.distributed.run --standalone --nproc_per_node="$n" -m cuda_agent.ppo.cli train \
+    "${common[@]}" --set 'train.out="/tmp/ppo-multi"' > "$1/multi.log" 2>&1
+  say "ppo-multi: $n ranks rc=$?"
+  cp /tmp/ppo-multi/metrics.jsonl "$1/metrics-${n}gpu.jsonl" 2>/dev/null
+  CUDA_VISIBLE_DEVICES=0 ppo train "${common[@]}" --set 'train.out="/tmp/ppo-single"' > "$1/single.log" 2>&1
+  say "ppo-multi: 1 rank rc=$?"
+  cp /tmp/ppo-single/metrics.jsonl "$1/metrics-1gpu.jsonl" 2>/dev/null
+  nvidia-smi --query-gpu=index,memory.used --format=csv > "$1/nvidia-smi-after.txt" 2>&1
+}
+
+run_lane() {  # run_lane GPU SECTIONS...
+  local gpu=$1; shift
+  for s in "$@"; do
+    local lim=$(left)
+    case "$s" in
+      ppo-ds) [ "$lim" -gt 200 ] && lim=200 ;;
+      profiler|guards) [ "$lim" -gt 150 ] && lim=150 ;;
+      sandbox-ab) [ "$lim" -gt 240 ] && lim=240 ;;
+      kbeval|agent) [ "$lim" -gt 200 ] && lim=200 ;;
+    esac
+    if [ "$lim" -lt 30 ]; then say "$s: skipped ($(left)s left)"; echo "$s skipped" >> "$OUT/sections.txt"; continue; fi
+    mkdir -p "$OUT/$s"
+    say "$s: start (limit ${lim}s, GPU ${gpu:-all})"
+    local t=$(date +%s)
+    if [ -n "$gpu" ]; then
+      ( export CUDA_VISIBLE_DEVICES=$gpu; timeout -k 5 "$lim" bash -c "$(declare -f "sec_$s" say left); sec_$s '$OUT/$s' $lim" ) > "$OUT/$s/section.log" 2>&1
+    else
+      timeout -k 5 "$lim" bash -c "$(declare -f "sec_$s" say left); sec_$s '$OUT/$s' $lim" > "$OUT/$s/section.log" 2>&1
+    fi
+    local rc=$?
+    say "$s: rc=$rc in $(( $(date +%s) - t ))s"
+    echo "$s rc=$rc seconds=$(( $(date +%s) - t ))" >> "$OUT/sections.txt"
+    tail -n 5 "$OUT/$s/section.log" >&2
+  done
+}
+
+pin0="" pin1=1
+[ -n "${LANE1:-}" ] && pin0=0   # two lanes: one GPU each (a lane alone sees every GPU)
+run_lane "$pin0" ${LANE0:-} &
+p0=$!
+if [ -n "${LANE1:-}" ]; then run_lane "$pin1" $LANE1 & p1=$!; wait $p1; fi
+wait $p0
+say "done in $(( $(date +%s) - T0 ))s"
+cat "$OUT/sections.txt"
