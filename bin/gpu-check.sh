@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU acceptance run of the project, in sections, for one device call (docs/benchmarks.md).
-# Run from the repo root on the GPU machine; results go under $OUT/<section>/.
+# Run from the repo root on the GPU machine; sections write under $WORK/<section>/ (default
+# /tmp/gc), packed at the end into $OUT/results.tgz (the device tool returns at most 8 files).
 #
 #   LANE0="ppo-ds sandbox-ab profiler guards kbeval agent" bash bin/gpu-check.sh       # one GPU
 #   LANE0="opsynth sandbox-d1" LANE1="train-all" bash bin/gpu-check.sh                # two GPUs
@@ -11,7 +12,8 @@
 # own time limit, and the whole call under DEADLINE_S. device: run(command=..., carry=[".whl",
 # ".gpu-data"]).
 set -u
-export OUT=${OUT:-$PWD/gpu-out}
+RESULTS=${OUT:-$PWD/gpu-out}
+export OUT=${WORK:-/tmp/gc}
 export COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 DEADLINE_S=${DEADLINE_S:-570}
 T0=$(date +%s)
@@ -104,7 +106,9 @@ run_lane() {  # run_lane GPU SECTIONS...
       ppo-ds) [ "$lim" -gt 200 ] && lim=200 ;;
       profiler|guards) [ "$lim" -gt 150 ] && lim=150 ;;
       sandbox-ab) [ "$lim" -gt 240 ] && lim=240 ;;
-      kbeval|agent) [ "$lim" -gt 200 ] && lim=200 ;;
+      agent) [ "$lim" -gt 200 ] && lim=200 ;;
+      kbeval) [ "$lim" -gt 250 ] && lim=250 ;;
+      opsynth) [ "$lim" -gt 240 ] && lim=240 ;;
     esac
     if [ "$lim" -lt 30 ]; then say "$s: skipped ($(left)s left)"; echo "$s skipped" >> "$OUT/sections.txt"; continue; fi
     mkdir -p "$OUT/$s"
@@ -130,3 +134,7 @@ if [ -n "${LANE1:-}" ]; then run_lane "$pin1" $LANE1 & p1=$!; wait $p1; fi
 wait $p0
 say "done in $(( $(date +%s) - T0 ))s"
 cat "$OUT/sections.txt"
+mkdir -p "$RESULTS"
+tar czf "$RESULTS/results.tgz" -C "$OUT" --exclude='*.pt' --exclude='*.safetensors' . 2>/dev/null
+cp "$OUT/sections.txt" "$OUT/env.txt" "$RESULTS/" 2>/dev/null
+ls -la "$RESULTS"
