@@ -146,7 +146,7 @@ def make_tiny_model(
     num_layers: int = 2,
     num_heads: int = 4,
     vocab_size: int = 1024,
-    max_positions: int = 8192,
+    max_positions: int = 32768,  # prompts with SKILL.md are ~7.5k tokens of this tokenizer
     seed: int = 0,
 ) -> Path:
     """Write a random-weight Llama and a byte-level BPE tokenizer (ChatML) to ``out_dir``.
