@@ -124,3 +124,26 @@ def test_memory_watchdog(tmp_path):
     code = "x = []\nwhile True:\n  x.append(bytearray(64 << 20))\n"
     out = _run(code, tmp_path, rss_mb=300, address_space_mb=None)
     assert out.killed_for == "memory" or out.returncode != 0
+
+
+def test_kill_marked_finds_detached_descendants():
+    """The last sweep's fallback: a process that left the group (new session) still carries the
+    run's environment mark and is killed by it; an unmarked one is left alone."""
+    import os
+    import subprocess
+    import uuid
+
+    from cuda_agent.sandbox.isolation import RUN_MARK, kill_marked
+
+    mark = uuid.uuid4().hex
+    env = {**os.environ, RUN_MARK: mark}
+    marked = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        time.sleep(0.2)
+        assert kill_marked(f"{RUN_MARK}={mark}") == 1
+        assert marked.wait(timeout=5) == -9
+        assert other.poll() is None
+    finally:
+        other.kill()
+        marked.kill()

@@ -281,6 +281,25 @@ def _pids_max_hits(cg: Path) -> int:
     return 0
 
 
+RUN_MARK = "CUDA_AGENT_RUN"
+
+
+def kill_marked(mark: str) -> int:
+    """SIGKILL every process whose environment holds ``mark`` (``NAME=value``); the count."""
+    needle = mark.encode() + b"\0"
+    killed = 0
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            if needle in (d / "environ").read_bytes():
+                os.kill(int(d.name), signal.SIGKILL)
+                killed += 1
+        except (OSError, ProcessLookupError):
+            continue
+    return killed
+
+
 def kill_uid(uid: int) -> None:
     """SIGKILL every process of ``uid`` (from a helper running as that uid)."""
     with contextlib.suppress(OSError, subprocess.TimeoutExpired):
@@ -311,6 +330,11 @@ def run_confined(
     c = caps()
     uid = slot_uid(slot) if (limits.drop_user and c.drop_user) else None
     iso: dict[str, str] = {}
+    # a mark every descendant inherits: the last sweep finds processes that left the process
+    # group, and the cgroup where there is none (a candidate can clear it; the cgroup is the
+    # primary net, this the fallback)
+    run_mark = f"{RUN_MARK}={uuid.uuid4().hex}"
+    env = {**env, RUN_MARK: run_mark.split("=", 1)[1]}
     cfg: dict[str, Any] = {
         "cwd": str(cwd),
         "env": env,
@@ -421,6 +445,7 @@ def run_confined(
     with contextlib.suppress(ProcessLookupError):
         proc.kill()
     rc = proc.wait()
+    kill_marked(run_mark)
     for r in readers:
         r.join(timeout=5)
     seconds = time.monotonic() - t0
