@@ -80,7 +80,7 @@ fi
 
 if has tests; then
   say "pytest -m gpu packages/profiler"
-  timeout 150 $PY -m pytest -q -m gpu packages/profiler -p no:cacheprovider 2>&1 | tail -n 30 >> "$LOG"
+  timeout 150 $PY -m pytest -o addopts=--import-mode=importlib -q -m gpu packages/profiler -p no:cacheprovider 2>&1 | tail -n 30 >> "$LOG"
 fi
 
 if has precompile; then

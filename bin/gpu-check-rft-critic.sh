@@ -59,7 +59,7 @@ for st in $STAGES; do
         --deepspeed configs/ds_zero2.json --stop-after 2
       run resume-b 90 cuda_agent.rft.cli train "${COMMON[@]}" --out "$W/resume" --max-steps 4 \
         --deepspeed configs/ds_zero2.json --resume ;;
-    pytest-gpu) run pytest-gpu 60 pytest -q -p no:cacheprovider packages/rft/tests/test_train.py \
+    pytest-gpu) run pytest-gpu 60 pytest -o addopts=--import-mode=importlib -q -p no:cacheprovider packages/rft/tests/test_train.py \
         -k bf16 ;;
   esac
 done

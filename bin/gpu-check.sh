@@ -33,7 +33,7 @@ say() { echo "[gpu-check $(( $(date +%s) - T0 ))s] $*" >&2; }
 
 # ---------------------------------------------------------------- sections (arg: time limit s)
 sec_ppo-ds() {  # PPO on DeepSpeed ZeRO-2 and ZeRO-3, one rank: steps, resume reproduces step 2
-  python3 -m pytest -q -p no:cacheprovider -rA packages/ppo/tests/test_deepspeed.py
+  python3 -m pytest -o addopts=--import-mode=importlib -q -p no:cacheprovider -rA packages/ppo/tests/test_deepspeed.py
 }
 sec_sandbox-ab() {  # one fused task, workdir + kernelbench candidates (strict guards); compile times
   SECTIONS=A,B python3 packages/sandbox/benchmarks/gpu_check.py "$1" "$(( $2 - 10 ))"

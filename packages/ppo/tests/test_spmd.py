@@ -62,7 +62,7 @@ def _launch(cfg_path, *extra):
 
 
 @pytest.mark.slow
-def test_two_ranks_step_and_resume(tmp_path):
+def test_two_ranks_steps_and_checkpoints(tmp_path):
     tasks = tmp_path / "tasks.jsonl"
     with RecordWriter(tasks) as w:
         for i in range(4):
@@ -70,10 +70,10 @@ def test_two_ranks_step_and_resume(tmp_path):
     out = tmp_path / "run"
     cfg = tmp_path / "ppo.toml"
     cfg.write_text(CONFIG.format(tasks=tasks, out=out, steps=2))
-    _launch(cfg, "--set", "ppo.steps=1")
-    assert (out / "checkpoint-1" / "rng-rank1.pt").exists()
-    r = _launch(cfg, "--resume")
-    assert "resuming from" in r.stderr and "world 2" in r.stderr
+    r = _launch(cfg, "--set", "train.keep_checkpoints=3")
+    assert "world 2" in r.stderr
+    for step in (1, 2):
+        assert (out / f"checkpoint-{step}" / "rng-rank1.pt").exists()
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [1, 2]  # rank 0 logs, once per step
     assert all(x["episodes"] == 4 for x in lines)  # global: 2 tasks x 2 samples over 2 ranks
