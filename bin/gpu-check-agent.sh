@@ -16,7 +16,7 @@ P=$PWD/packages
 export PYTHONPATH=/tmp/site:$P/records/src:$P/profiler/src:$P/guards/src:$P/sandbox/src:$P/reward/src:$P/agent/src${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 {
-  date -u; git rev-parse HEAD 2>/dev/null; nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>&1
+  date -u; echo "${COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>&1
   python3 -c "import torch, transformers, sys; print('torch', torch.__version__, 'transformers', transformers.__version__, 'python', sys.version.split()[0])"
   nvcc --version | tail -1; nproc
 } > "$D/env.txt" 2>&1

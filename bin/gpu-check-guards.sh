@@ -16,7 +16,7 @@ ROOT=$(pwd)
 export PYTHONPATH=${PYTHONPATH:-}:$ROOT/packages/records/src:$ROOT/packages/profiler/src:$ROOT/packages/guards/src:$ROOT/packages/sandbox/src
 LOG="$OUT/log.txt"
 {
-  echo "start $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "start $(date -u +%FT%TZ) commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')}"
   nvidia-smi --query-gpu=name,driver_version --format=csv
   $PY -c "import torch; print('torch', torch.__version__, torch.version.cuda)"
 } 2>&1 | tee -a "$LOG"

@@ -25,7 +25,7 @@ if [ "$BACKEND" = cuda ]; then SOL=$FIX/solutions_cuda; else SOL=$FIX/solutions;
 KB="python3 -m cuda_agent.kernelbench_eval.cli"
 TCFG=${TIMING_CONFIG:-'{"time_cap_s": 3.0, "warmup_max_s": 1.0}'}
 {
-  date -u; git rev-parse HEAD 2>/dev/null; nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>&1
+  date -u; echo "${COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>&1
   python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])"
   nvcc --version | tail -1; nproc; echo "backend=$BACKEND solutions=${SOL#$PWD/}"
 } > "$D/env.txt" 2>&1

@@ -20,7 +20,7 @@ fi
 export PYTHONPATH=/tmp/site:$PWD/packages/records/src:$PWD/packages/profiler/src:$PWD/packages/guards/src:$PWD/packages/sandbox/src:$PWD/packages/opsynth/src${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
 {
-  date -u; git rev-parse HEAD 2>/dev/null; nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>&1
+  date -u; echo "${COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>&1
   python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])"; nproc
 } > "$OUT/opsynth/env.txt" 2>&1
 cat "$OUT/opsynth/env.txt"

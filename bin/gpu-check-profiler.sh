@@ -26,7 +26,7 @@ LOG="$OUT/log.txt"
 say() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG" >&2; }
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 
-say "start $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+say "start $(date -u +%FT%TZ) commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
   --format=csv 2>&1 | tee -a "$LOG"
 $PY -c "import torch; print('torch', torch.__version__, torch.version.cuda)" 2>&1 | tee -a "$LOG"

@@ -11,7 +11,7 @@ fi
 export PYTHONPATH=/tmp/site:$PWD/packages/records/src:$PWD/packages/profiler/src:$PWD/packages/guards/src:$PWD/packages/sandbox/src:$PWD/packages/reward/src
 export PYTHONUNBUFFERED=1
 {
-  date -u; git rev-parse HEAD 2>/dev/null; nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader
+  date -u; echo "${COMMIT:-$(git rev-parse HEAD 2>/dev/null)}"; nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader
   python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])"; nvcc --version | tail -1; g++ --version | head -1; nproc
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"

@@ -370,10 +370,12 @@ def env_info() -> dict[str, Any]:
         "budget_s": BUDGET_S,
         "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
     }
-    with contextlib.suppress(OSError):
-        info["git_commit"] = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
+    info["git_commit"] = os.environ.get("COMMIT", "")
+    if not info["git_commit"]:  # the device copy's own git metadata can be stale: prefer COMMIT
+        with contextlib.suppress(OSError):
+            info["git_commit"] = subprocess.run(
+                ["git", "rev-parse", "HEAD"], capture_output=True, text=True
+            ).stdout.strip()
     try:
         info["gpu"] = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
