@@ -9,32 +9,12 @@ from typing import Annotated
 import typer
 
 from cuda_agent.records.cli_helpers import fail
-from cuda_agent.rft.cli import (
-    _CFG_KEYS,
-    BatchTokensOpt,
-    ClipOpt,
+from cuda_agent.rft.train_options import (
     DataOpt,
-    DeepSpeedOpt,
-    DeviceOpt,
-    EpochsOpt,
-    GradAccumOpt,
-    GradCkptOpt,
-    KeepOpt,
-    LrOpt,
-    MaxLenOpt,
-    MaxStepsOpt,
-    MinLrOpt,
     ModelOpt,
     OutDirOpt,
-    PrecisionOpt,
-    SaveEveryOpt,
-    SeedOpt,
-    StopAfterOpt,
-    TbOpt,
-    TrainResumeOpt,
-    WarmupOpt,
-    WdOpt,
-    _train_options,
+    train_config,
+    training_command,
 )
 
 app = typer.Typer(
@@ -59,33 +39,14 @@ def _main() -> None:
 
 
 @app.command()
+@training_command
 def pretrain(
     model: ModelOpt,
     data: DataOpt,
     out: OutDirOpt,
+    opts: dict,
     gamma: Annotated[float, typer.Option(help="GAE discount per policy token.")] = 1.0,
     lam: Annotated[float, typer.Option("--lambda", help="GAE lambda.")] = 1.0,
-    lr: LrOpt = 1e-5,
-    epochs: EpochsOpt = 1.0,
-    max_steps: MaxStepsOpt = None,
-    grad_accum: GradAccumOpt = 1,
-    batch_tokens: BatchTokensOpt = 16384,
-    max_len: MaxLenOpt = 16384,
-    warmup_steps: WarmupOpt = 0,
-    weight_decay: WdOpt = 0.0,
-    max_grad_norm: ClipOpt = 1.0,
-    min_lr_ratio: MinLrOpt = 0.1,
-    precision: PrecisionOpt = "auto",
-    grad_ckpt: GradCkptOpt = False,
-    deepspeed: DeepSpeedOpt = None,
-    save_every: SaveEveryOpt = 0,
-    keep_checkpoints: KeepOpt = 2,
-    seed: SeedOpt = 0,
-    device: DeviceOpt = "auto",
-    stop_after: StopAfterOpt = None,
-    resume: TrainResumeOpt = False,
-    tensorboard: TbOpt = True,
-    local_rank: Annotated[int, typer.Option("--local_rank", hidden=True)] = -1,
 ) -> None:
     """Regress V(s_t) on GAE targets over the policy tokens of rewarded trajectories.
 
@@ -101,16 +62,13 @@ def pretrain(
 
     if not (0.0 <= lam <= 1.0 and 0.0 <= gamma <= 1.0):
         raise fail("--gamma and --lambda must lie in [0, 1]")
-    cfg = _train_options(
-        **{k: v for k, v in locals().items() if k in _CFG_KEYS},
-        extra={"gamma": gamma, "lambda": lam},
-    )
+    cfg = train_config(out, opts, extra={"gamma": gamma, "lambda": lam})
     try:
         resolve_model_dir(model)  # fail fast, before any heavy import
         examples = load_examples(
-            None if str(data) == "-" else data, max_len=max_len, need_reward=True
+            None if str(data) == "-" else data, max_len=opts["max_len"], need_reward=True
         )
-        result = run_train(ValueObjective(gamma, lam, seed), model, examples, cfg)
+        result = run_train(ValueObjective(gamma, lam, opts["seed"]), model, examples, cfg)
     except (TrainError, ValueError) as e:
         raise fail(f"critic pretrain: {e}") from None
     if os.environ.get("RANK", "0") == "0":

@@ -25,6 +25,7 @@ from cuda_agent.records.cli_helpers import (
 from cuda_agent.records.jsonl import RecordWriter
 
 from .select import SCHEMA_COUNTERS, TRUNCATION_STOP_REASONS, SelectConfig, SelectStats
+from .train_options import DataOpt, ModelOpt, OutDirOpt, train_config, training_command
 
 app = typer.Typer(
     help="""Rejection fine-tuning (RFT) of the actor on its own good trajectories.
@@ -143,130 +144,9 @@ def select(
         log(stats.summary())
 
 
-def _train_options(
-    *,
-    out: Path,
-    lr: float,
-    epochs: float,
-    max_steps: int | None,
-    grad_accum: int,
-    batch_tokens: int,
-    warmup_steps: int,
-    weight_decay: float,
-    max_grad_norm: float,
-    min_lr_ratio: float,
-    precision: str,
-    grad_ckpt: bool,
-    deepspeed: Path | None,
-    save_every: int,
-    keep_checkpoints: int,
-    seed: int,
-    device: str,
-    stop_after: int | None,
-    resume: bool,
-    tensorboard: bool,
-    extra: dict | None = None,
-):
-    from .trainer import TrainConfig
-
-    if deepspeed is not None and not Path(deepspeed).is_file():
-        raise fail(f"--deepspeed {deepspeed}: no such file")
-    return TrainConfig(
-        out=out,
-        lr=lr,
-        epochs=epochs,
-        max_steps=max_steps,
-        grad_accum=grad_accum,
-        batch_tokens=batch_tokens,
-        warmup_steps=warmup_steps,
-        weight_decay=weight_decay,
-        max_grad_norm=max_grad_norm,
-        min_lr_ratio=min_lr_ratio,
-        precision=precision,
-        grad_ckpt=grad_ckpt,
-        deepspeed=deepspeed,
-        save_every=save_every,
-        keep_checkpoints=keep_checkpoints,
-        seed=seed,
-        device=device,
-        stop_after=stop_after,
-        resume=resume,
-        tensorboard=tensorboard,
-        extra=extra or {},
-    )
-
-
-# Options shared by every trainer CLI (rft train, critic pretrain, ppo).
-ModelOpt = Annotated[
-    str,
-    typer.Option(help="Local Hugging Face checkpoint directory, or 'smollm2' (embedded default)."),
-]
-DataOpt = Annotated[
-    Path, typer.Option(help="Trajectories JSONL ('-' = stdin, single process only).")
-]
-OutDirOpt = Annotated[Path, typer.Option(help="Run directory: checkpoints, final/, metrics.")]
-LrOpt = Annotated[float, typer.Option(help="Peak learning rate (AdamW).")]
-EpochsOpt = Annotated[float, typer.Option(help="Passes over the data (ignored with --max-steps).")]
-MaxStepsOpt = Annotated[int | None, typer.Option(help="Optimizer steps (overrides --epochs).")]
-GradAccumOpt = Annotated[int, typer.Option(help="Micro-batches per optimizer step and rank.")]
-BatchTokensOpt = Annotated[
-    int, typer.Option(help="Padded tokens per micro-batch (length-bucketed).")
-]
-MaxLenOpt = Annotated[int, typer.Option(help="Leave out trajectories longer than this.")]
-WarmupOpt = Annotated[int, typer.Option(help="Linear warm-up steps before the cosine decay.")]
-WdOpt = Annotated[float, typer.Option(help="AdamW weight decay (not on norms and biases).")]
-ClipOpt = Annotated[float, typer.Option(help="Gradient-norm clip.")]
-MinLrOpt = Annotated[float, typer.Option(help="Final learning rate as a fraction of --lr.")]
-PrecisionOpt = Annotated[
-    str, typer.Option(help="auto (bf16 autocast with fp32 master weights on GPU) | bf16 | fp32.")
-]
-GradCkptOpt = Annotated[
-    bool, typer.Option("--grad-ckpt/--no-grad-ckpt", help="Gradient checkpointing.")
-]
-DeepSpeedOpt = Annotated[
-    Path | None, typer.Option(help="DeepSpeed JSON (configs/ds_zero2.json, ds_zero3.json).")
-]
-SaveEveryOpt = Annotated[int, typer.Option(help="Checkpoint every N steps (0: at the end).")]
-KeepOpt = Annotated[int, typer.Option(help="Checkpoints to keep.")]
-SeedOpt = Annotated[int, typer.Option(help="Seed of the data order and initialisation.")]
-DeviceOpt = Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N (torch backend).")]
-StopAfterOpt = Annotated[
-    int | None,
-    typer.Option(help="Checkpoint and exit after N steps of this invocation (for job queues)."),
-]
-TrainResumeOpt = Annotated[
-    bool, typer.Option("--resume", help="Continue from the newest checkpoint in --out.")
-]
-TbOpt = Annotated[bool, typer.Option("--tensorboard/--no-tensorboard", help="Also log to OUT/tb.")]
-
-
 @app.command()
-def train(
-    model: ModelOpt,
-    data: DataOpt,
-    out: OutDirOpt,
-    lr: LrOpt = 1e-5,
-    epochs: EpochsOpt = 1.0,
-    max_steps: MaxStepsOpt = None,
-    grad_accum: GradAccumOpt = 1,
-    batch_tokens: BatchTokensOpt = 16384,
-    max_len: MaxLenOpt = 16384,
-    warmup_steps: WarmupOpt = 0,
-    weight_decay: WdOpt = 0.0,
-    max_grad_norm: ClipOpt = 1.0,
-    min_lr_ratio: MinLrOpt = 0.1,
-    precision: PrecisionOpt = "auto",
-    grad_ckpt: GradCkptOpt = False,
-    deepspeed: DeepSpeedOpt = None,
-    save_every: SaveEveryOpt = 0,
-    keep_checkpoints: KeepOpt = 2,
-    seed: SeedOpt = 0,
-    device: DeviceOpt = "auto",
-    stop_after: StopAfterOpt = None,
-    resume: TrainResumeOpt = False,
-    tensorboard: TbOpt = True,
-    local_rank: Annotated[int, typer.Option("--local_rank", hidden=True)] = -1,
-) -> None:
+@training_command
+def train(model: ModelOpt, data: DataOpt, out: OutDirOpt, opts: dict) -> None:
     """Fine-tune on the policy tokens (loss_mask = 1) of selected trajectories.
 
     Example: rft select < trajectories.jsonl | rft train --model smollm2 --data - --out runs/rft
@@ -277,10 +157,10 @@ def train(
     from .trainer import TrainError
     from .trainer import train as run_train
 
-    cfg = _train_options(**{k: v for k, v in locals().items() if k in _CFG_KEYS})
+    cfg = train_config(out, opts)
     try:
         resolve_model_dir(model)  # fail fast, before any heavy import
-        examples = load_examples(None if str(data) == "-" else data, max_len=max_len)
+        examples = load_examples(None if str(data) == "-" else data, max_len=opts["max_len"])
         tok = load_tokenizer(model)
         result = run_train(
             SFTObjective(),
@@ -293,30 +173,6 @@ def train(
         raise fail(f"rft train: {e}") from None
     if os.environ.get("RANK", "0") == "0":
         (out / "summary.json").write_text(json.dumps(result, indent=1, default=float))
-
-
-_CFG_KEYS = {
-    "out",
-    "lr",
-    "epochs",
-    "max_steps",
-    "grad_accum",
-    "batch_tokens",
-    "warmup_steps",
-    "weight_decay",
-    "max_grad_norm",
-    "min_lr_ratio",
-    "precision",
-    "grad_ckpt",
-    "deepspeed",
-    "save_every",
-    "keep_checkpoints",
-    "seed",
-    "device",
-    "stop_after",
-    "resume",
-    "tensorboard",
-}
 
 
 if __name__ == "__main__":
