@@ -6,28 +6,24 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory):
-    from cuda_agent.agent.models import make_tiny_model
+def setup(tmp_path_factory):
+    from cuda_agent.rft.synthetic import tiny_training_setup
 
-    return make_tiny_model(
-        tmp_path_factory.mktemp("tiny-llama"), hidden_size=32, num_layers=2, num_heads=2, seed=0
+    return tiny_training_setup(
+        tmp_path_factory.mktemp("tiny"), 6, turns=3, tool_output_lines=4, reward=1.0
     )
 
 
 @pytest.fixture(scope="session")
-def trajectories(tiny_model):
-    from cuda_agent.rft.modeling import load_tokenizer
-    from cuda_agent.rft.synthetic import synthetic_trajectories
-
-    tok = load_tokenizer(tiny_model)
-    return synthetic_trajectories(tok, 6, turns=3, tool_output_lines=4, reward=1.0)
+def tiny_model(setup):
+    return setup[0]
 
 
 @pytest.fixture(scope="session")
-def data_file(tmp_path_factory, trajectories):
-    from cuda_agent.records import RecordWriter
+def trajectories(setup):
+    return setup[1]
 
-    path = tmp_path_factory.mktemp("data") / "trajectories.jsonl"
-    with RecordWriter(path, append=False) as w:
-        w.write_all(trajectories)
-    return path
+
+@pytest.fixture(scope="session")
+def data_file(setup):
+    return setup[2]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 from typing import Any
 
 from cuda_agent.records import Message, Solution, Task, ToolCall, Trajectory, content_id
@@ -127,3 +128,20 @@ def synthetic_trajectory(
 def synthetic_trajectories(tokenizer: Any, n: int, **kw: Any) -> list[Trajectory]:
     """``n`` trajectories from :func:`synthetic_trajectory` (indices 0..n-1)."""
     return [synthetic_trajectory(tokenizer, i, **kw) for i in range(n)]
+
+
+def tiny_training_setup(root: Path, n: int = 6, **kw: Any) -> tuple[Path, list[Trajectory], Path]:
+    """A tiny random-weight Llama under ``root/model`` and ``n`` synthetic trajectories of its
+    tokenizer (``kw`` as :func:`synthetic_trajectory`), also written to ``root/trajectories.jsonl``:
+    ``(model_dir, trajectories, data_path)``. What the trainer tests share."""
+    from cuda_agent.agent.models import make_tiny_model
+    from cuda_agent.records import RecordWriter
+
+    from .modeling import load_tokenizer
+
+    model = make_tiny_model(root / "model", hidden_size=32, num_layers=2, num_heads=2, seed=0)
+    trajs = synthetic_trajectories(load_tokenizer(model), n, **kw)
+    path = root / "trajectories.jsonl"
+    with RecordWriter(path, append=False) as w:
+        w.write_all(trajs)
+    return model, trajs, path
