@@ -56,3 +56,37 @@ def test_structure_shape_dtype():
     assert not compare((r, 3), (r, 4), TOL).passed
     assert compare(torch.arange(5), torch.arange(5), TOL).passed
     assert not compare(torch.arange(5), torch.arange(5) + 1, TOL).passed
+
+
+def test_fast_path_gives_the_exact_verdict(monkeypatch):
+    """The fp32 fast path and the float64 reference path agree on every case, including elements
+    at the tolerance edge, outputs at the norm limit, non-finite values and half dtypes."""
+    import cuda_agent.sandbox.compare as cmp
+
+    g = torch.Generator().manual_seed(0)
+    cases = []
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        r = torch.randn(4096, generator=g).to(dtype)
+        cases += [
+            (r, r.clone()),
+            (r, (r.float() + 1e-3).to(dtype)),
+            (r, (r.float() * 1.0199).to(dtype)),  # scaled: near the 2e-2 norm limit
+            (r, (r.float() * 1.0201).to(dtype)),
+        ]
+    r = torch.randn(4096, generator=g)
+    edge = r.clone()
+    edge[7] = r[7] + (TOL.atol + TOL.rtol * r[7].abs()) * 0.99999  # just inside the bound
+    over = r.clone()
+    over[7] = r[7] + (TOL.atol + TOL.rtol * r[7].abs()) * 1.00001  # just outside
+    nan = r.clone()
+    nan[3] = float("nan")
+    small = torch.randn(4096, generator=g) * 1e-3
+    cases += [(r, edge), (r, over), (r, nan), (nan, nan.clone()), (small, small * 0.5)]
+    for ref, cand in cases:
+        fast = cmp.compare(ref, cand, TOL)
+        with monkeypatch.context() as m:
+            m.setattr(cmp, "_compare_float_fast", lambda *a: None)
+            exact = cmp.compare(ref, cand, TOL)
+        assert fast.passed == exact.passed, (ref.dtype, fast.message, exact.message)
+        if exact.rel_norm_err is not None and fast.rel_norm_err is not None:
+            assert math.isclose(fast.rel_norm_err, exact.rel_norm_err, rel_tol=1e-2, abs_tol=1e-9)
