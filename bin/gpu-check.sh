@@ -55,7 +55,8 @@ sec_agent() { OUT=$(dirname "$1") BUDGET_S=$2 bash bin/gpu-check-agent.sh; }
 sec_opsynth() { OUT=$(dirname "$1") BUDGET_S=$2 bash bin/gpu-check-opsynth.sh; }
 sec_train-all() {  # the whole pipeline on configs/h200-smoke.toml, then PPO resume from step 4
   local run=/tmp/smoke
-  bash bin/train_all.sh --config configs/h200-smoke.toml --run-dir "$run" 2>&1 | tee "$1/train_all.log"
+  # its own limit, inside the section's, so the logs below are copied even when it runs out
+  timeout -k 5 $(( $2 - 60 )) bash bin/train_all.sh --config configs/h200-smoke.toml --run-dir "$run" 2>&1 | tee "$1/train_all.log"
   cp -r "$run/logs" "$1/stage-logs" 2>/dev/null
   cp "$run/ppo/metrics.jsonl" "$1/ppo-metrics.jsonl" 2>/dev/null
   cp "$run/warmup/metrics.jsonl" "$1/warmup-metrics.jsonl" 2>/dev/null
@@ -88,11 +89,12 @@ sec_ppo-multi() {  # ZeRO-3, 2 ranks (torchrun) vs 1 rank, same seed, multi-turn
   local n=$(python3 -c "import torch; print(torch.cuda.device_count())")
   local common=(--config configs/h200-smoke.toml --set "data.tasks=\"$tasks\"" --set ppo.steps=3
     --set 'train.deepspeed="configs/ds_zero3.json"' --set data.tasks_per_step=4)
-  python3 -m torch.distributed.run --standalone --nproc_per_node="$n" -m cuda_agent.ppo.cli train \
-    "${common[@]}" --set 'train.out="/tmp/ppo-multi"' > "$1/multi.log" 2>&1
+  timeout -k 5 $(( $2 * 6 / 10 )) python3 -m torch.distributed.run --standalone --nproc_per_node="$n" \
+    -m cuda_agent.ppo.cli train "${common[@]}" --set 'train.out="/tmp/ppo-multi"' > "$1/multi.log" 2>&1
   say "ppo-multi: $n ranks rc=$?"
   cp /tmp/ppo-multi/metrics.jsonl "$1/metrics-${n}gpu.jsonl" 2>/dev/null
-  CUDA_VISIBLE_DEVICES=0 ppo train "${common[@]}" --set 'train.out="/tmp/ppo-single"' > "$1/single.log" 2>&1
+  CUDA_VISIBLE_DEVICES=0 timeout -k 5 $(( $2 * 3 / 10 )) ppo train "${common[@]}" \
+    --set 'train.out="/tmp/ppo-single"' > "$1/single.log" 2>&1
   say "ppo-multi: 1 rank rc=$?"
   cp /tmp/ppo-single/metrics.jsonl "$1/metrics-1gpu.jsonl" 2>/dev/null
   nvidia-smi --query-gpu=index,memory.used --format=csv > "$1/nvidia-smi-after.txt" 2>&1
