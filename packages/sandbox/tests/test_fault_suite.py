@@ -183,7 +183,7 @@ def test_fault_suite_one_stream(warm_build, cache_dir, tmp_path, scale_add_task,
         "--compile-timeout",
         "10",
         "--verify-timeout",
-        "40",
+        "20",  # the never-ending candidate waits this long; honest ones need ~5 s here
         "--host-mem-mb",
         "2048",
         "--max-procs",
