@@ -23,6 +23,7 @@ import torch
 from cuda_agent.records import RecordWriter, Task, Trajectory
 from cuda_agent.records.cli_helpers import log
 from cuda_agent.records.jsonl import load_records
+from cuda_agent.rft.trainer import all_reduce_sum, barrier, publish_checkpoint
 
 from .config import PPOConfig
 from .losses import PolicyLoss, ValueLoss, explained_variance, kl_estimate, whiten_with
@@ -36,17 +37,6 @@ class PPOError(RuntimeError):
 
 
 # ----------------------------------------------------------------------------- distributed
-def _allsum(values: list[float], dist: Any, device: Any) -> list[float]:
-    """Element-wise sums over ranks (the values themselves in one process)."""
-    if dist.world == 1:
-        return values
-    import torch.distributed as tdist
-
-    t = torch.tensor(values, dtype=torch.float64, device=device)
-    tdist.all_reduce(t)
-    return t.tolist()
-
-
 def _allmax(value: int, dist: Any, device: Any) -> int:
     if dist.world == 1:
         return value
@@ -117,10 +107,7 @@ def _initial_actor(cfg: PPOConfig, out: Path, dist: Any) -> str:
     tiny = out / "tiny-actor"
     if dist.main and not (tiny / "config.json").exists():
         make_tiny_model(tiny, seed=cfg.train.seed)
-    if dist.world > 1:
-        import torch.distributed as tdist
-
-        tdist.barrier()
+    barrier(dist)
     return str(tiny)
 
 
@@ -445,7 +432,7 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
         flat_a = (
             torch.cat([a[m] for a, m in zip(adv, masks, strict=True)]) if trajs else torch.zeros(0)
         )
-        n_tok, s1, s2 = _allsum(
+        n_tok, s1, s2 = all_reduce_sum(
             [float(flat_a.numel()), float(flat_a.sum()), float((flat_a**2).sum())], dist, device
         )
         if cfg.ppo.whiten_advantages and n_tok > 1:
@@ -475,7 +462,7 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
             rng.shuffle(order)
             for b in range(nmb):
                 mb: list[Sample] = [samples[i] for i in order[b::nmb]]
-                (gtok,) = _allsum([float(sum(len(s.positions) for s in mb))], dist, device)
+                (gtok,) = all_reduce_sum([float(sum(len(s.positions) for s in mb))], dist, device)
                 if gtok == 0:  # no policy token on any rank: nothing to update
                     continue
                 groups = _lockstep(micro_batches(mb, cfg.ppo.micro_batch_tokens), dist, device)
@@ -572,28 +559,21 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
     mlog.close()
     if dist.main and history:
         _publish_final(out)
-    if dist.world > 1:
-        import torch.distributed as tdist
-
-        tdist.barrier()
+    barrier(dist)
     return history
 
 
 def _publish_final(out: Path) -> None:
-    """``OUT/final``: the actor of the newest checkpoint (what the next stage loads)."""
-    from cuda_agent.rft.trainer import latest_checkpoint
+    """``OUT/final``: the actor of the newest checkpoint (what the next stage loads), and
+    ``OUT/final-critic``: its critic."""
+    from cuda_agent.rft.trainer import latest_checkpoint, publish_dir
 
     ck = latest_checkpoint(out)
     if ck is None:
         return
-    tmp = out / ".tmp-final"
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(ck / "actor", tmp)
-    shutil.rmtree(out / "final", ignore_errors=True)
-    tmp.rename(out / "final")
+    publish_dir(ck / "actor", out / "final")
     if (ck / "critic").exists():
-        shutil.rmtree(out / "final-critic", ignore_errors=True)
-        shutil.copytree(ck / "critic", out / "final-critic")
+        publish_dir(ck / "critic", out / "final-critic")
 
 
 class _Means:
@@ -647,7 +627,7 @@ def _save(
         shutil.rmtree(tmp, ignore_errors=True)
         for d in ("actor-optim", "critic-optim"):
             (tmp / d).mkdir(parents=True)
-    _barrier(dist)
+    barrier(dist)
     sd_a = actor_b.full_state_dict()
     sd_c = critic_b.full_state_dict() if critic_b is not None else None
     actor_b.save_state(tmp / "actor-optim")
@@ -661,7 +641,7 @@ def _save(
         },
         tmp / f"rng-rank{dist.rank}.pt",
     )
-    _barrier(dist)
+    barrier(dist)
     if dist.main:
         actor_b.module.save_pretrained(tmp / "actor", state_dict=sd_a)
         tok.save_pretrained(tmp / "actor")
@@ -676,26 +656,10 @@ def _save(
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
         # the rft trainer's "latest" convention, so its latest_checkpoint() finds ours
         (tmp / "trainer_state.json").write_text(json.dumps({"step": step}))
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
-        (out / "latest.tmp").write_text(final.name)
-        (out / "latest.tmp").replace(out / "latest")
-        old = sorted(
-            (p for p in out.glob("checkpoint-*") if p != final),
-            key=lambda p: int(p.name.split("-")[1]),
-        )
-        for p in old[: max(0, len(old) - (cfg.train.keep_checkpoints - 1))]:
-            shutil.rmtree(p, ignore_errors=True)
+        publish_checkpoint(out, tmp, step, cfg.train.keep_checkpoints)
         log(f"ppo: saved {final}")
-    _barrier(dist)
+    barrier(dist)
     return final
-
-
-def _barrier(dist: Any) -> None:
-    if dist.world > 1:
-        import torch.distributed as tdist
-
-        tdist.barrier()
 
 
 def msgspec_to_builtins(cfg: Any) -> Any:

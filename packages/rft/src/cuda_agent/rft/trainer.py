@@ -267,14 +267,16 @@ def latest_checkpoint(out: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def _barrier(dist: Dist) -> None:
+def barrier(dist: Dist) -> None:
+    """Wait for every rank (a no-op in one process)."""
     if dist.world > 1:
         import torch.distributed as tdist
 
         tdist.barrier()
 
 
-def _all_reduce(values: list[float], dist: Dist, device: Any) -> list[float]:
+def all_reduce_sum(values: list[float], dist: Dist, device: Any) -> list[float]:
+    """Element-wise sums of ``values`` over ranks (the values themselves in one process)."""
     if dist.world == 1:
         return values
     import torch
@@ -283,6 +285,32 @@ def _all_reduce(values: list[float], dist: Dist, device: Any) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64, device=device)
     tdist.all_reduce(t)
     return t.tolist()
+
+
+def publish_checkpoint(out: Path, tmp: Path, step: int, keep: int) -> Path:
+    """Move the finished ``tmp`` directory to ``out/checkpoint-<step>``, point ``out/latest`` at
+    it (atomically) and delete all but the newest ``keep`` checkpoints. Rank 0 only."""
+    final_dir = out / f"checkpoint-{step}"
+    shutil.rmtree(final_dir, ignore_errors=True)
+    tmp.rename(final_dir)
+    (out / "latest.tmp").write_text(final_dir.name)
+    (out / "latest.tmp").replace(out / "latest")
+    old = sorted(
+        (p for p in out.glob("checkpoint-*") if p != final_dir),
+        key=lambda p: int(p.name.split("-")[1]),
+    )
+    for p in old[: max(0, len(old) - (keep - 1))]:
+        shutil.rmtree(p, ignore_errors=True)
+    return final_dir
+
+
+def publish_dir(src: Path, dest: Path) -> None:
+    """Replace ``dest`` by a copy of ``src``; a reader never sees a half-copied ``dest``."""
+    tmp = dest.with_name(f".tmp-{dest.name}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
 
 
 class Backend:
@@ -530,7 +558,7 @@ def train(
         if dist.main:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
-        _barrier(dist)
+        barrier(dist)
         sd = backend.full_state_dict()
         backend.save_state(tmp)
         if dist.main:
@@ -551,18 +579,9 @@ def train(
                 "config": cfg.to_json(),
             }
             (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
-            shutil.rmtree(final_dir, ignore_errors=True)
-            tmp.rename(final_dir)
-            (out / "latest.tmp").write_text(final_dir.name)
-            (out / "latest.tmp").replace(out / "latest")
-            old = sorted(
-                (p for p in out.glob("checkpoint-*") if p != final_dir),
-                key=lambda p: int(p.name.split("-")[1]),
-            )
-            for p in old[: max(0, len(old) - (cfg.keep_checkpoints - 1))]:
-                shutil.rmtree(p, ignore_errors=True)
+            publish_checkpoint(out, tmp, step, cfg.keep_checkpoints)
             log(f"train: saved {final_dir}")
-        _barrier(dist)
+        barrier(dist)
         return final_dir
 
     last: dict[str, Any] = {}
@@ -591,7 +610,7 @@ def train(
                 sums[k] = sums.get(k, 0.0) + float(v)
         grad_norm = backend.step()
         keys = sorted(sums)
-        reduced = _all_reduce([sums[k] for k in keys] + [float(tokens)], dist, device)
+        reduced = all_reduce_sum([sums[k] for k in keys] + [float(tokens)], dist, device)
         sums = dict(zip(keys, reduced[:-1], strict=True))
         tokens = int(reduced[-1])
         if device.type == "cuda":
@@ -633,14 +652,9 @@ def train(
         save(total_steps)
     if dist.main:
         final = out / "final"
-        src = out / f"checkpoint-{total_steps}" / "model"
-        tmp = out / ".tmp-final"
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(src, tmp)
-        shutil.rmtree(final, ignore_errors=True)
-        tmp.rename(final)
+        publish_dir(out / f"checkpoint-{total_steps}" / "model", final)
         wall = time.monotonic() - t_start
         log(f"train: done, {done_here} steps in {wall:.1f}s; final model in {final}")
     metrics_log.close()
-    _barrier(dist)
+    barrier(dist)
     return {**last, "stopped": False, "step": total_steps}

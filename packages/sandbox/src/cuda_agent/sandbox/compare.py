@@ -162,13 +162,7 @@ def _compare_tensor(path: str, r: Any, c: Any, tol: Tolerance) -> Verdict:
             rel_norm,
         )
     if rnorm > 0 and rel_norm > tol.norm_tol:
-        return Verdict(
-            False,
-            f"{path}: relative error norm {rel_norm:.3g} > {tol.norm_tol} (output does not follow the reference's values)",
-            max_abs,
-            max_rel,
-            rel_norm,
-        )
+        return _norm_failure(path, rel_norm, tol, max_abs, max_rel)
     return Verdict(True, "", max_abs, max_rel, rel_norm)
 
 
@@ -205,11 +199,17 @@ def _compare_float_fast(path: str, r: Any, c: Any, tol: Tolerance) -> Verdict | 
     max_abs = float(diff.max())
     max_rel = float(diff.div_(rabs.clamp_min_(1e-12)).max())
     if rnorm > 0 and rel_norm > tol.norm_tol:
-        return Verdict(
-            False,
-            f"{path}: relative error norm {rel_norm:.3g} > {tol.norm_tol} (output does not follow the reference's values)",
-            max_abs,
-            max_rel,
-            rel_norm,
-        )
+        return _norm_failure(path, rel_norm, tol, max_abs, max_rel)
     return Verdict(True, "", max_abs, max_rel, rel_norm)
+
+
+def _norm_failure(
+    path: str, rel_norm: float, tol: Tolerance, max_abs: float, max_rel: float
+) -> Verdict:
+    return Verdict(
+        False,
+        f"{path}: relative error norm {rel_norm:.3g} > {tol.norm_tol} (output does not follow the reference's values)",
+        max_abs,
+        max_rel,
+        rel_norm,
+    )
