@@ -109,7 +109,7 @@ run_lane() {  # run_lane GPU SECTIONS...
       profiler|guards) [ "$lim" -gt 150 ] && lim=150 ;;
       sandbox-ab) [ "$lim" -gt 240 ] && lim=240 ;;
       agent) [ "$lim" -gt 200 ] && lim=200 ;;
-      kbeval) [ "$lim" -gt 250 ] && lim=250 ;;
+      kbeval) [ "$lim" -gt 450 ] && lim=450 ;;
       opsynth) [ "$lim" -gt 240 ] && lim=240 ;;
     esac
     if [ "$lim" -lt 30 ]; then say "$s: skipped ($(left)s left)"; echo "$s skipped" >> "$OUT/sections.txt"; continue; fi

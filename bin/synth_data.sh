@@ -25,6 +25,9 @@ if [ "$BACKEND" = cuda ]; then
 else
   GPUS=${GPUS:-1}
 fi
+# shard i runs on the i-th device this script may see (a restricted CUDA_VISIBLE_DEVICES is kept)
+IFS=, read -r -a VISIBLE <<< "${CUDA_VISIBLE_DEVICES:-$(seq -s, 0 $((GPUS - 1)))}"
+dev() { [ "$BACKEND" = cuda ] && echo "${VISIBLE[$1]:-$1}" || echo ""; }
 COMPILE_FLAG=$([ "${COMPILE:-1}" = 1 ] && echo --compile || echo --no-compile)
 BASELINE=${BASELINE:-$([ "$BACKEND" = cuda ] && echo 1 || echo 0)}
 mkdir -p "$OUT"
@@ -40,7 +43,7 @@ opsynth compose --n "$N" --seed "$SEED" --size "$SIZE" -o "$OUT/composed.jsonl" 
 log "filter: $GPUS shard(s)"
 pids=()
 for i in $(seq 0 $((GPUS - 1))); do
-  CUDA_VISIBLE_DEVICES=$([ "$BACKEND" = cuda ] && echo "$i" || echo "") \
+  CUDA_VISIBLE_DEVICES=$(dev "$i") \
     opsynth filter "$OUT/composed.jsonl" --backend "$BACKEND" $COMPILE_FLAG --shard "$i/$GPUS" \
       -o "$OUT/filtered.$i.jsonl" --rejected "$OUT/rejected.$i.jsonl" --resume \
       2> "$OUT/filter.$i.log" &
@@ -58,7 +61,7 @@ if [ "$BASELINE" = 1 ]; then
   log "baselines: $GPUS shard(s)"
   pids=()
   for i in $(seq 0 $((GPUS - 1))); do
-    CUDA_VISIBLE_DEVICES=$i profiler baseline "$OUT/deduped.jsonl" --shard "$i/$GPUS" \
+    CUDA_VISIBLE_DEVICES=$(dev "$i") profiler baseline "$OUT/deduped.jsonl" --shard "$i/$GPUS" \
       -o "$OUT/baselined.$i.jsonl" --resume 2> "$OUT/baseline.$i.log" &
     pids+=($!)
   done
