@@ -256,7 +256,9 @@ def report(
     tols = sorted(
         {f"{r.correctness.atol:g}/{r.correctness.rtol:g}" for r in results if r.correctness}
     )
-    devices = sorted({r.device for r in results}) or ["?"]
+    # results that ended before the device phase carry only the backend name ("cuda")
+    names = {r.device for r in results}
+    devices = sorted({d for d in names if d not in ("cuda", "cpu")} or names) or ["?"]
     settings = {
         "threshold": f"{threshold:.0%}",
         "guard policy": ",".join(guards),
