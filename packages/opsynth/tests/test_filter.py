@@ -230,3 +230,30 @@ def test_timing_lock_serialises_timing(tmp_path, monkeypatch):
         assert v.passed, v.detail
     finally:
         f.close()
+
+
+def test_out_of_memory_retried_with_a_smaller_batch():
+    """A task over the worker's memory cap is shrunk (8x per try) until it fits, and says so;
+    with rescaling off it is dropped as out_of_memory."""
+    big = task(
+        "return torch.relu(x) * 2.0",
+        "too_big",
+        tail=TAIL.replace("batch_size = 4", "batch_size = 262144").replace(
+            "features = 64", "features = 2048"
+        ),
+    )  # 2 GiB of fp32 input
+    f = TaskFilter(
+        FilterConfig(backend="cpu", window_ms=(0.0, 1e9), compile=False, timeout_s=60, mem_gb=0.75)
+    )
+    try:
+        f.cfg = dataclasses.replace(f.cfg, rescale=False)
+        v = f.check(big)
+        assert v.reason == "out_of_memory", (v.reason, v.detail)
+        f.cfg = dataclasses.replace(f.cfg, rescale=True)
+        v = f.check(big)
+    finally:
+        f.close()
+    assert v.passed, (v.reason, v.detail)
+    steps = v.task.meta["filter"]["rescaled"]
+    assert steps[0] == {"batch_size": [262144, 32768], "after": "out_of_memory"}
+    assert "batch_size = 32768" in v.task.ref_code or "batch_size = 4096" in v.task.ref_code

@@ -3,7 +3,8 @@ sane outputs, matches under ``torch.compile`` and its eager time lies in the bac
 
 Each task runs in a fresh process (:class:`~cuda_agent.opsynth.isolate.Isolator`) with a
 timeout and a memory cap. A task outside the time window is rescaled once or twice by changing
-its module-level ``batch_size`` (what changed is recorded in ``meta.filter.rescaled``).
+its module-level ``batch_size`` (what changed is recorded in ``meta.filter.rescaled``); a task
+that runs out of its memory share is retried with an 8x smaller batch the same way.
 
 Default windows (``eager forward time``, ms):
 
@@ -68,6 +69,9 @@ class Verdict:
     probe: dict[str, Any] = field(default_factory=dict)
 
 
+OOM_SHRINK = 1 / 8  # batch factor tried after an out-of-memory failure
+
+
 def rescale_source(source: str, factor: float) -> tuple[str, int, int] | None:
     """``source`` with its ``batch_size = N`` scaled by ``factor``: (new source, old, new).
 
@@ -121,7 +125,21 @@ class TaskFilter:
         res = self._probe(source)
         while True:
             if not res.get("ok"):
-                return self._drop(task, res["reason"], res.get("detail", ""), res, rescales)
+                # too big for this worker's memory share: a smaller batch usually fits (and a
+                # task that needed that much memory was far above the window anyway)
+                shrunk = None
+                if (
+                    res.get("reason") == "out_of_memory"
+                    and self.cfg.rescale
+                    and len(rescales) < self.cfg.max_rescales
+                ):
+                    shrunk = rescale_source(source, OOM_SHRINK)
+                if shrunk is None:
+                    return self._drop(task, res["reason"], res.get("detail", ""), res, rescales)
+                source, old, new = shrunk
+                rescales.append({"batch_size": [old, new], "after": "out_of_memory"})
+                res = self._probe(source)
+                continue
             ms = float(res["eager_ms"])
             if lo <= ms <= hi:
                 break
