@@ -108,6 +108,9 @@ def test_runtime_error_while_sharing_is_rerun_alone(cache_dir, scale_add_task):
     first = r.meta["rerun_alone"]
     assert first["status"] == "runtime_error" and "another candidate" in first["why"]
     assert any(ph["phase"] == "reference" for ph in first["device_phases"])
+    # the reference succeeded: the re-run reuses its secret trials and outputs
+    assert r.meta["reference_reused"] is True and "first_run" in r.meta["stages_s"]
+    assert "reference" not in r.meta["stages_s"] and "verify" in r.meta["stages_s"]
     # the re-run held the host alone: after the neighbour left, nobody else present
     assert not r.meta["overlapped"]
     rerun = r.meta["device_phases"]

@@ -111,6 +111,13 @@ def eval_cmd(
             "the GPU alone; each gets 0.9/N of its memory.",
         ),
     ] = 2,
+    rerun_alone: Annotated[
+        bool,
+        typer.Option(
+            "--rerun-alone/--no-rerun-alone",
+            help="Re-run, alone on the device, a runtime/infra error met while sharing it.",
+        ),
+    ] = True,
     timing_config: Annotated[
         str | None,
         typer.Option(
@@ -153,6 +160,7 @@ def eval_cmd(
         nproc=max_procs,
         timing_config=_json_opt(timing_config),
         workers_per_gpu=workers_per_gpu,
+        rerun_alone=rerun_alone,
     )
     done = done_keys(output) if (resume and output is not None) else set()
     if done:

@@ -22,8 +22,9 @@ that takes the device's memory, the host's OOM killer on the cpu backend), and a
 allocator can refuse what an uncapped one gives. So a device half that ends in ``runtime_error``
 or ``infra_error`` while another candidate was present on the device (or under a memory cap) is
 run once more, alone (exclusive gate, no other occupant present, no cap), and that second result
-is the one returned; ``meta["rerun_alone"]`` says why and what the first run said. Only these two
-statuses are re-run: an incorrect output, a timeout or a guard finding cannot come from a
+is the one returned; ``meta["rerun_alone"]`` says why and what the first run said. A
+reference that succeeded is not recomputed (same secret trials and outputs;
+``meta["reference_reused"]``). Only these two statuses are re-run: an incorrect output, a timeout or a guard finding cannot come from a
 neighbour (separate processes and contexts; timeouts are generous and exclude gate waits).
 """
 
@@ -82,6 +83,22 @@ class Prepared:
     stages: dict[str, float] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     t0: float = 0.0
+    ref_state: Any = None  # the reference phase's products, reused by a re-run alone
+
+
+@dataclass
+class _RefState:
+    """What the reference phase produced: the trials (secret seeds), the files the candidate
+    gets, the reference outputs (on disk, hidden from the candidate, or in memory)."""
+
+    trials: list[dict[str, Any]]
+    init_seed: int
+    init_path: Path
+    sd_path: Path
+    refs: Any
+    hidden: list[Path]
+    device_name: str
+    isolation: dict[str, str]
 
 
 def cache_root(config: SandboxConfig) -> Path:
@@ -488,7 +505,9 @@ def run_on_device(
         g = gate or device_gate(_domain(p.backend, gpu))
         snapshot = (list(p.guards), dict(p.stages), dict(p.meta))
         occ = Occupant()
+        t_first = time.monotonic()
         r = _device_half(p, gpu, slot, _Turn(g, occ), mem_fraction)
+        t_first = time.monotonic() - t_first
         if (
             r.status in RERUN_STATUSES
             and p.config.rerun_alone
@@ -509,7 +528,8 @@ def run_on_device(
                 "device_phases": r.meta.get("device_phases"),
             }
             p.guards, p.stages, p.meta = list(snapshot[0]), dict(snapshot[1]), dict(snapshot[2])
-            _reset_device_dirs(p)
+            p.stages["first_run"] = t_first
+            _reset_device_dirs(p, keep_reference=p.ref_state is not None)
             occ2 = Occupant()
             t = time.monotonic()
             with g.exclusive(occ2, "rerun_alone", alone=True):
@@ -554,11 +574,15 @@ def _device_half(
     return r
 
 
-def _reset_device_dirs(p: Prepared) -> None:
-    """Empty what a device half wrote, so a re-run starts as the first run did."""
+def _reset_device_dirs(p: Prepared, *, keep_reference: bool) -> None:
+    """Empty what the candidate's processes wrote (and, unless ``keep_reference``, what the
+    reference wrote), so a re-run starts as the first run did."""
     assert p.root is not None
-    for name in ("io", "tmp", "shared", "signal"):
+    for name in ("io", "tmp", "signal"):
         shutil.rmtree(p.root / name, ignore_errors=True)
+    if keep_reference:
+        return
+    shutil.rmtree(p.root / "shared", ignore_errors=True)
     private = p.root / "private"
     for f in private.iterdir() if private.exists() else []:
         if f.is_dir():
@@ -582,8 +606,11 @@ def _run_time_op(
     sig = root / "signal"
     sig.mkdir(mode=0o755, exist_ok=True)
     go, ready = sig / "go", io / "ready"
-    go.unlink(missing_ok=True)
-    ready.unlink(missing_ok=True)
+    for f in (go, ready):  # whatever an earlier process of the candidate left there
+        if f.is_dir() and not f.is_symlink():
+            shutil.rmtree(f, ignore_errors=True)
+        else:
+            f.unlink(missing_ok=True)
     spec = dict(spec, ready_path=str(ready), go_path=str(go), go_timeout_s=GO_TIMEOUT_S)
     wait = {"total": 0.0, "since": None, "abort": False}
 
@@ -640,26 +667,21 @@ def _run_time_op(
     return out, rep, wait["total"]
 
 
-def _run_on_device(
-    p: Prepared, gpu: str | None, slot: int, turn: _Turn, mem_fraction: float | None
-) -> EvalResult:
-    import torch
-
-    cfg, c = p.config, p.candidate
+def _reference_phase(
+    p: Prepared,
+    env: dict[str, str],
+    slot: int,
+    turn: _Turn,
+    mem_fraction: float | None,
+    device: str,
+    n_trials: int,
+) -> _RefState | EvalResult:
+    """Draw the secret trials and have the reference compute its outputs (shared gate)."""
+    cfg = p.config
     assert p.root is not None and p.work is not None
     root, work = p.root, p.work
-    cache = cache_root(cfg)
-    device = "cuda" if p.backend == "cuda" else "cpu"
     private = root / "private"
-    io = root / "io"
-    tmp = root / "tmp"
-    lim_c = _limits(cfg, 1, p.backend)
-    prepare_writable(io, slot, lim_c)
-    prepare_writable(tmp, slot, lim_c)
-    env = _candidate_env(tmp, gpu, p.backend, cache)
-    cand_writable = [io, tmp, _shared_dir(cache / "kb_ext"), _shared_dir(cache / "triton")]
     secret = secrets.randbits(62)
-    n_trials = max(5, cfg.trials)
     from .runner import variant_schedule
 
     trials = [
@@ -671,7 +693,6 @@ def _run_on_device(
     shared.mkdir(mode=0o755, exist_ok=True)
     init_path, sd_path = shared / "init_inputs.pt", shared / "state_dict.pt"
     # 1. reference, in its own process (trusted code, same user, no network)
-    t = time.monotonic()
     ref_env = dict(env, HOME=str(private), TMPDIR=str(private))
     spec = {
         "op": "reference",
@@ -709,6 +730,48 @@ def _run_on_device(
     hide_refs = caps().network_ns
     refs: Any = _LazyRefs(private, n_trials) if hide_refs else _load_and_delete(private, n_trials)
     hidden = [private] if hide_refs else []
+    return _RefState(
+        trials=trials,
+        init_seed=init_seed,
+        init_path=init_path,
+        sd_path=sd_path,
+        refs=refs,
+        hidden=hidden,
+        device_name=rep.get("device_name", device),
+        isolation=out.isolation,
+    )
+
+
+def _run_on_device(
+    p: Prepared, gpu: str | None, slot: int, turn: _Turn, mem_fraction: float | None
+) -> EvalResult:
+    import torch
+
+    cfg, c = p.config, p.candidate
+    assert p.root is not None and p.work is not None
+    root, work = p.root, p.work
+    cache = cache_root(cfg)
+    device = "cuda" if p.backend == "cuda" else "cpu"
+    io = root / "io"
+    tmp = root / "tmp"
+    lim_c = _limits(cfg, 1, p.backend)
+    prepare_writable(io, slot, lim_c)
+    prepare_writable(tmp, slot, lim_c)
+    env = _candidate_env(tmp, gpu, p.backend, cache)
+    cand_writable = [io, tmp, _shared_dir(cache / "kb_ext"), _shared_dir(cache / "triton")]
+    n_trials = max(5, cfg.trials)
+    rs = p.ref_state
+    if rs is None:
+        got = _reference_phase(p, env, slot, turn, mem_fraction, device, n_trials)
+        if isinstance(got, EvalResult):
+            return got
+        rs = p.ref_state = got
+    else:
+        p.meta["reference_reused"] = True  # a re-run alone: same secret trials, same outputs
+    p.meta["device"] = rs.device_name
+    p.meta["isolation"] = rs.isolation
+    trials, init_seed, refs, hidden = rs.trials, rs.init_seed, rs.refs, rs.hidden
+    init_path, sd_path = rs.init_path, rs.sd_path
     # 2. candidate verification, in a confined process receiving only seeds, init inputs, weights
     t = time.monotonic()
     cand_spec = {

@@ -125,6 +125,7 @@ class DeviceGate:
                     self._cond.wait()
             finally:
                 self._writers_waiting -= 1
+                self._cond.notify_all()  # readers held back by this request may go if it left
             self._writer = True
             if occ is not None:
                 self._enter_locked(occ)
