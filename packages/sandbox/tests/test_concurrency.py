@@ -10,7 +10,8 @@ import time
 from cuda_agent.records import Status
 from cuda_agent.sandbox import SandboxConfig, SandboxPool
 from cuda_agent.sandbox.evaluate import prepare, run_on_device
-from cuda_agent.sandbox.gate import DeviceGate, Occupant
+from cuda_agent.sandbox.gate import DeviceGate, Occupant, device_gate
+from cuda_agent.sandbox.isolation import Limits, run_confined
 
 from .conftest import kb_candidate
 
@@ -51,6 +52,8 @@ def test_two_workers_time_alone_and_keep_verdicts(cache_dir, scale_add_task):
     with SandboxPool(cfg, compile_workers=2, cpu_workers=2) as pool:
         assert pool.workers_per_device == 2 and pool.mem_fraction is None
         results = list(pool.map(cands))
+    g = device_gate("host")  # every hold released, nobody left present
+    assert g.present() == 0 and g._readers == 0 and not g._writer
     assert [r.solution_id for r in results] == [c.solution.id for c in cands]
     assert [r.status for r in results] == [want for _, want in cases], [
         (r.status, r.message) for r in results
@@ -117,3 +120,23 @@ def test_runtime_error_while_sharing_is_rerun_alone(cache_dir, scale_add_task):
     assert [(x["phase"], x["mode"]) for x in rerun] == [("rerun_alone", "exclusive")]
     assert rerun[0]["t0"] >= neighbour.phases[0]["t1"]
     assert gate.present() == 0
+
+
+def test_gate_wait_does_not_count_against_the_time_limit(tmp_path):
+    lim = Limits(timeout_s=0.5, nproc=None, rss_mb=None, drop_user=False)
+    cmd = ["sleep", "1.5"]
+    waited = run_confined(
+        cmd, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, limits=lim, extend=lambda: 3.0
+    )
+    assert waited.returncode == 0 and not waited.timed_out, waited.describe()
+    plain = run_confined(cmd, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"}, limits=lim)
+    assert plain.timed_out and plain.seconds < 1.4
+
+
+def test_cuda_pool_layout_without_running_anything():
+    # construction only (no GPU needed): N workers per GPU, each its own slot, a memory share
+    with SandboxPool(SandboxConfig(backend="cuda"), gpus=["0", "1"], workers_per_device=3) as pool:
+        assert pool.devices == ["0", "1"] and pool.workers_per_device == 3
+        assert len(pool._workers) == 6 and abs(pool.mem_fraction - 0.3) < 1e-9
+    with SandboxPool(SandboxConfig(backend="cuda", workers_per_gpu=1), gpus=["0"]) as pool:
+        assert len(pool._workers) == 1 and pool.mem_fraction is None  # today's behaviour
