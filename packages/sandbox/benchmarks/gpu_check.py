@@ -109,6 +109,9 @@ def brief(r: dict) -> dict:
         "isolation": (r.get("meta") or {}).get("isolation"),
         "guards": [g["code"] + ":" + g["severity"] for g in r.get("guards", [])],
         "seconds": r.get("seconds"),
+        "worker": (r.get("meta") or {}).get("worker"),
+        "overlapped": (r.get("meta") or {}).get("overlapped"),
+        "rerun_alone": ((r.get("meta") or {}).get("rerun_alone") or {}).get("why"),
     }
 
 
@@ -288,8 +291,9 @@ def section_d() -> None:
             cands.append(kb(KB_SRC + f"\n# v{i}\n"))  # same extension source: cached build
     t = time.monotonic()
     tag = os.environ.get("D_TAG", "D")
-    extra = ["--compile-jobs", "4"]
-    if os.environ.get("D_GPUS"):  # e.g. "all" or "0,1": one device worker per GPU
+    wpg = int(os.environ.get("D_WPG", "2"))  # device workers per GPU
+    extra = ["--compile-jobs", "4", "--workers-per-gpu", str(wpg)]
+    if os.environ.get("D_GPUS"):  # e.g. "all" or "0,1": D_WPG device workers per GPU
         extra += ["--gpus", os.environ["D_GPUS"]]
     rows = run_eval(tag, cands, extra, left() - 10)
     wall = time.monotonic() - t
@@ -299,6 +303,13 @@ def section_d() -> None:
             stages[k] = stages.get(k, 0.0) + v
     REPORT[tag] = {
         "gpus": os.environ.get("D_GPUS") or "default (first visible)",
+        "workers_per_gpu": wpg,
+        "overlapped": sum(1 for r in rows if (r.get("meta") or {}).get("overlapped")),
+        "rerun_alone": [
+            (r.get("meta") or {})["rerun_alone"]["why"]
+            for r in rows
+            if (r.get("meta") or {}).get("rerun_alone")
+        ],
         "verdicts": [r["status"] for r in rows],
         "workers": sorted({str((r.get("meta") or {}).get("worker")) for r in rows}),
         "n": len(rows),

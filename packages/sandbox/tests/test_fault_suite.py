@@ -205,6 +205,12 @@ def test_fault_suite_one_stream(warm_build, cache_dir, tmp_path, scale_add_task,
     for (name, _, want), r in zip(cases, results, strict=True):
         assert r["status"] in want, f"{name}: {r['status']} {r['message']}\n{json.dumps(r)[:3000]}"
     by = {name: r for (name, _, _), r in zip(cases, results, strict=True)}
+    for name, r in by.items():  # 2 workers: a runtime error met while sharing was re-run alone
+        if r["status"] == "runtime_error" and r["meta"].get("rerun_alone"):
+            assert r["meta"]["rerun_alone"]["status"] == "runtime_error", name
+            assert not r["meta"]["overlapped"], name
+        elif r["status"] == "runtime_error":
+            assert not r["meta"]["overlapped"], name
     for name in ("valid", "valid again"):
         r = by[name]
         assert r["correctness"]["passed"] and len(r["correctness"]["trials"]) >= 5

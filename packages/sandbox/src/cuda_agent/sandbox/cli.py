@@ -102,6 +102,22 @@ def eval_cmd(
     cpu_workers: Annotated[
         int, typer.Option("--cpu-workers", help="cpu backend: candidates verified at once.")
     ] = 1,
+    workers_per_gpu: Annotated[
+        int,
+        typer.Option(
+            "--workers-per-gpu",
+            min=1,
+            help="Device workers per GPU: their correctness phases overlap; anything timed holds "
+            "the GPU alone; each gets 0.9/N of its memory.",
+        ),
+    ] = 2,
+    rerun_alone: Annotated[
+        bool,
+        typer.Option(
+            "--rerun-alone/--no-rerun-alone",
+            help="Re-run, alone on the device, a runtime/infra error met while sharing it.",
+        ),
+    ] = True,
     timing_config: Annotated[
         str | None,
         typer.Option(
@@ -143,6 +159,8 @@ def eval_cmd(
         keep_dirs=keep_dirs,
         nproc=max_procs,
         timing_config=_json_opt(timing_config),
+        workers_per_gpu=workers_per_gpu,
+        rerun_alone=rerun_alone,
     )
     done = done_keys(output) if (resume and output is not None) else set()
     if done:
@@ -184,7 +202,9 @@ def eval_cmd(
         cfg, gpus=gpu_list, compile_workers=compile_jobs, cpu_workers=cpu_workers
     ) as pool:
         log(
-            f"sandbox eval: backend={pool.backend} devices={','.join(pool.devices)} compile workers={compile_jobs}"
+            f"sandbox eval: backend={pool.backend} devices={','.join(pool.devices)}"
+            f" workers per {'GPU' if pool.backend == 'cuda' else 'host'}={pool.workers_per_device}"
+            f" compile workers={compile_jobs}"
         )
         with RecordWriter(output, append=True) as writer:
             for res in pool.map(items()):

@@ -33,6 +33,10 @@ class SandboxConfig:
     timing_sets: int = 2
     baselines: bool = True
     compile_baseline: bool | None = None  # None: on for cuda, off for cpu
+    # concurrency (SandboxPool): device workers per GPU; their reference and verification
+    # processes overlap, anything timed holds the GPU alone (see ``gate``)
+    workers_per_gpu: int = 2
+    rerun_alone: bool = True  # re-run a runtime/infra error met while sharing the device, alone
     # guards
     guard_policy: str = "strict"  # strict | kernelbench | off
     # build

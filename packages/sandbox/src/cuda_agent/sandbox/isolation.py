@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -321,11 +321,14 @@ def run_confined(
     pass_fds: tuple[int, ...] = (),
     writable: Sequence[str | os.PathLike[str]] = (),
     hidden: Sequence[str | os.PathLike[str]] = (),
+    extend: Callable[[], float] | None = None,
 ) -> Outcome:
     """Run ``cmd`` confined (see the module docstring); never raises for what the command does.
 
     ``writable``: the only directories it may write (with namespaces). ``hidden``: directories
     covered by an empty mount in its namespace (required: the launcher refuses to run otherwise).
+    ``extend``: seconds added to the wall-clock limit, asked again on every check (time the
+    command spends waiting for its parent, e.g. for a device gate, is not its own).
     """
     c = caps()
     uid = slot_uid(slot) if (limits.drop_user and c.drop_user) else None
@@ -424,7 +427,7 @@ def run_confined(
         except subprocess.TimeoutExpired:
             pass
         now = time.monotonic()
-        if now >= deadline:
+        if now >= deadline + (extend() if extend is not None else 0.0):
             killed_for = "timeout"
             break
         if now >= next_mem:

@@ -9,8 +9,14 @@
             ...
 
 Each candidate is prepared (static guards, materialise, compile) by one of ``compile_workers``
-threads, then verified and timed by the worker of one device, one candidate at a time per device.
-Every process that runs candidate code is fresh and confined (see ``isolation``).
+threads, then verified and timed by one of the device workers: ``workers_per_device`` per GPU
+(default ``SandboxConfig.workers_per_gpu`` = 2), or ``cpu_workers`` on the cpu backend. Workers of
+one device overlap their reference and verification processes and take the device alone for
+anything timed (``gate.DeviceGate``; on the cpu backend all workers share one timing domain, the
+host). With several workers per GPU each process's CUDA allocator is capped to
+``GPU_MEMORY_SHARE / workers_per_device`` of the GPU, and a runtime/infra error met while sharing
+is re-run alone (``evaluate`` module docstring). Every process that runs candidate code is fresh
+and confined (see ``isolation``); each worker has its own slot (uid).
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ from cuda_agent.records import Candidate, EvalResult
 
 from .config import SandboxConfig, resolve_backend
 from .evaluate import Prepared, prepare, run_on_device
+from .gate import device_gate, domain_of
+
+GPU_MEMORY_SHARE = 0.9  # of a GPU's memory, split between the workers sharing it
 
 
 def visible_gpus() -> list[str]:
@@ -83,16 +92,24 @@ class SandboxPool:
         gpus: Sequence[str] | None = None,
         compile_workers: int | None = None,
         cpu_workers: int = 1,
+        workers_per_device: int | None = None,
     ):
         self.config = config or SandboxConfig()
         self.backend = resolve_backend(self.config.backend)
         if self.backend == "cuda":
             devs = list(gpus) if gpus else (visible_gpus()[:1] or ["0"])
+            per = max(1, workers_per_device or self.config.workers_per_gpu)
+            workers = [(d, domain_of("cuda", d)) for d in devs for _ in range(per)]
+            self.mem_fraction: float | None = GPU_MEMORY_SHARE / per if per > 1 else None
         else:
             devs = [f"cpu{i}" for i in range(max(1, cpu_workers))]
+            per = len(devs)  # one timing domain: the host
+            workers = [(d, domain_of("cpu", None)) for d in devs]
+            self.mem_fraction = None
         self.devices = devs
+        self.workers_per_device = per
         n_compile = compile_workers or max(1, min(4, (os.cpu_count() or 2) // 2))
-        self._slots = itertools.count(len(devs))
+        self._slots = itertools.count(len(workers))
         self._local = threading.local()
         self._compile = ThreadPoolExecutor(
             max_workers=n_compile, thread_name_prefix="sandbox-compile"
@@ -100,9 +117,12 @@ class SandboxPool:
         self._queue: queue.Queue[tuple[Future[Prepared], Future[EvalResult]] | None] = queue.Queue()
         self._workers = [
             threading.Thread(
-                target=self._device_loop, args=(d, i), name=f"sandbox-dev-{d}", daemon=True
+                target=self._device_loop,
+                args=(d, dom, i),
+                name=f"sandbox-dev-{d}-{i}",
+                daemon=True,
             )
-            for i, d in enumerate(devs)
+            for i, (d, dom) in enumerate(workers)
         ]
         for w in self._workers:
             w.start()
@@ -116,16 +136,20 @@ class SandboxPool:
             slot = self._local.slot = next(self._slots)
         return prepare(c, self.config, backend=self.backend, slot=slot)
 
-    def _device_loop(self, device: str, slot: int) -> None:
+    def _device_loop(self, device: str, domain: str, slot: int) -> None:
         gpu = device if self.backend == "cuda" else None
+        gate = device_gate(domain)
         while True:
             item = self._queue.get()
             if item is None:
                 return
             pf, rf = item
             try:
-                r = run_on_device(pf.result(), gpu=gpu, slot=slot)
+                r = run_on_device(
+                    pf.result(), gpu=gpu, slot=slot, gate=gate, mem_fraction=self.mem_fraction
+                )
                 r.meta.setdefault("worker", device)
+                r.meta.setdefault("workers_on_device", self.workers_per_device)
                 rf.set_result(r)
             except BaseException as e:  # noqa: BLE001 - delivered to the caller
                 rf.set_exception(e)
@@ -151,7 +175,7 @@ class SandboxPool:
         Items that are not ``Candidate`` pass through unchanged, in order (the CLI uses this for
         error records). At most ``window`` candidates are in flight (default: enough to keep
         every compile worker and device busy)."""
-        w = window or (2 * len(self.devices) + 2 * self._compile._max_workers)
+        w = window or (2 * len(self._workers) + 2 * self._compile._max_workers)
         pending: deque[Any] = deque()
         for item in items:
             pending.append(self.submit(item) if isinstance(item, Candidate) else item)

@@ -10,8 +10,14 @@ Operations (``spec["op"]``):
 - ``candidate`` (candidate code): build ``ModelNew``, load the reference's state_dict, draw each
   trial's inputs itself (same seed, same generator: same values) and save its outputs; the
   runtime guard watches every call.
-- ``time`` (candidate code): time ``ModelNew`` with the profiler's protocol, then run one more
-  call on fresh trial inputs and save its output for the parent to re-check.
+- ``time`` (candidate code): build ``ModelNew`` and its input pool, then (when the spec has a
+  ``go_path``) write ``ready_path`` and wait for the parent to create ``go_path`` (the parent
+  takes the device's exclusive gate in between, see ``gate``); time ``ModelNew`` with the
+  profiler's protocol, then run one more call on fresh trial inputs and save its output for the
+  parent to re-check.
+
+On cuda, ``spec["mem_fraction"]`` (set when several workers share a GPU) caps the caching
+allocator of the reference, candidate and time processes right after the context is created.
 
 Each op writes a JSON report to ``spec["report"]``. The parent never trusts a candidate's report
 for the verdict: outputs are compared in the parent, and a missing output is a failure.
@@ -87,6 +93,40 @@ def _device_name(device: str) -> str:
     return f"cpu:{platform.machine()}"
 
 
+def _init_device(spec: dict[str, Any]) -> None:
+    """Create the CUDA context now and apply the spec's memory fraction (no-op on cpu)."""
+    import torch
+
+    device = spec["device"]
+    if not device.startswith("cuda"):
+        return
+    torch.zeros(1, device=device)
+    torch.cuda.synchronize()
+    frac = spec.get("mem_fraction")
+    if frac:
+        torch.cuda.set_per_process_memory_fraction(float(frac))
+
+
+class GateTimeout(RuntimeError):
+    """The parent never let the timing start (no ``go`` file within ``go_timeout_s``)."""
+
+
+def _wait_for_go(spec: dict[str, Any], report: dict[str, Any]) -> None:
+    """Signal ``ready`` and poll (every ~2 ms) for ``go``, bounded by ``go_timeout_s``."""
+    go = spec.get("go_path")
+    if not go:
+        return
+    report["stage"] = "ready"
+    Path(spec["ready_path"]).write_text("ready\n")
+    t0 = time.monotonic()
+    deadline = t0 + float(spec.get("go_timeout_s", 3600.0))
+    while not os.path.exists(go):
+        if time.monotonic() > deadline:
+            raise GateTimeout(f"no go signal within {spec.get('go_timeout_s', 3600.0)}s")
+        time.sleep(0.002)
+    report["go_wait_s"] = round(time.monotonic() - t0, 4)
+
+
 def _load_reference(spec: dict[str, Any]):
     from cuda_agent.profiler.program import Program
 
@@ -142,6 +182,7 @@ def op_reference(spec: dict[str, Any], report: dict[str, Any]) -> None:
     import torch
 
     device = spec["device"]
+    _init_device(spec)
     ref = _load_reference(spec)
     report["device_name"] = _device_name(device)
     init_inputs = ref.init_inputs()
@@ -180,10 +221,8 @@ def op_candidate(spec: dict[str, Any], report: dict[str, Any]) -> None:
 
     device = spec["device"]
     ref = _load_reference(spec)
-    if device.startswith("cuda"):
-        # create the context first, so the guard's snapshot sees the device's real settings
-        torch.zeros(1, device=device)
-        torch.cuda.synchronize()
+    # create the context first, so the guard's snapshot sees the device's real settings
+    _init_device(spec)
     guard = None
     if spec.get("guard_policy", "strict") != "off":
         from cuda_agent.guards.api import RuntimeGuard
@@ -242,19 +281,23 @@ def op_time(spec: dict[str, Any], report: dict[str, Any]) -> None:
     from cuda_agent.profiler import TimingConfig, measure
 
     device = spec["device"]
+    _init_device(spec)
     ref = _load_reference(spec)
     report["stage"] = "load"
     cls = _load_model_new(spec)
     model, _ = _build_model_new(spec, cls, device)
     trials = spec["trials"]
     pool = [_trial_inputs(ref, t, device) for t in trials[: int(spec.get("timing_sets", 2))]]
+    _sync(device)
     cfg = TimingConfig.from_dict(spec.get("timing_config") or {})
-    report["stage"] = "timing"
 
     def call(*xs: Any) -> Any:
         with torch.no_grad():
             return model(*xs)
 
+    _wait_for_go(spec, report)
+    report["stage"] = "timing"
+    wall0 = time.time()
     t0 = time.monotonic()
     stats = measure(call, pool, device=device, config=cfg)
     report["timing_s"] = time.monotonic() - t0
@@ -266,6 +309,7 @@ def op_time(spec: dict[str, Any], report: dict[str, Any]) -> None:
         out = model(*inputs)
     _sync(device)
     torch.save(_to_cpu(out), Path(spec["io_dir"]) / "timed_out.pt")
+    report["timed_wall"] = [wall0, time.time()]  # the window the parent checks against its gate
     report["stage"] = "done"
 
 

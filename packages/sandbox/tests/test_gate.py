@@ -1,0 +1,144 @@
+"""DeviceGate with real threads: shared holds overlap, exclusive holds overlap nothing, waiting
+writers block new readers, ``alone`` waits for every other occupant to leave."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+from cuda_agent.sandbox.gate import DeviceGate, Occupant, device_gate, domain_of
+
+
+def _wait_until(cond, timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.001)
+    return cond()
+
+
+def test_shared_holds_overlap():
+    g = DeviceGate("t")
+    both = threading.Barrier(2, timeout=5)  # raises BrokenBarrierError if they cannot overlap
+    a, b = Occupant("a"), Occupant("b")
+    errors: list[BaseException] = []
+
+    def reader(o: Occupant) -> None:
+        try:
+            with g.shared(o, "verify"):
+                both.wait()
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=reader, args=(o,)) for o in (a, b)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(10)
+    assert not errors
+    assert a.overlapped and b.overlapped
+    assert [p["mode"] for p in a.phases] == ["shared"] and a.phases[0]["t1"] >= a.phases[0]["t0"]
+
+
+def test_exclusive_never_overlaps_anything():
+    g = DeviceGate("t")
+    lock = threading.Lock()
+    state = {"readers": 0, "writers": 0}
+    bad: list[str] = []
+    rng = random.Random(0)
+    plans = [[rng.random() < 0.3 for _ in range(25)] for _ in range(6)]
+
+    def worker(plan: list[bool]) -> None:
+        for excl in plan:
+            cm = g.exclusive() if excl else g.shared()
+            with cm:
+                with lock:
+                    if excl:
+                        state["writers"] += 1
+                        if state["writers"] != 1 or state["readers"]:
+                            bad.append(f"exclusive with {state}")
+                    else:
+                        state["readers"] += 1
+                        if state["writers"]:
+                            bad.append(f"shared with {state}")
+                time.sleep(0.0005)
+                with lock:
+                    state["writers" if excl else "readers"] -= 1
+
+    ts = [threading.Thread(target=worker, args=(p,)) for p in plans]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(30)
+    assert not any(t.is_alive() for t in ts), "deadlock"
+    assert not bad, bad[:3]
+
+
+def test_waiting_writer_blocks_new_readers():
+    g = DeviceGate("t")
+    order: list[str] = []
+    release_first = threading.Event()
+    first_in = threading.Event()
+
+    def first_reader() -> None:
+        with g.shared():
+            first_in.set()
+            release_first.wait(5)
+        order.append("r1 out")
+
+    def writer() -> None:
+        with g.exclusive():
+            order.append("w in")
+            time.sleep(0.02)
+            order.append("w out")
+
+    def late_reader() -> None:
+        with g.shared():
+            order.append("r2 in")
+
+    t1 = threading.Thread(target=first_reader)
+    t1.start()
+    assert first_in.wait(5)
+    tw = threading.Thread(target=writer)
+    tw.start()
+    assert _wait_until(lambda: g._writers_waiting == 1)
+    t2 = threading.Thread(target=late_reader)
+    t2.start()
+    time.sleep(0.05)
+    assert "r2 in" not in order  # a shared request never passes a waiting exclusive one
+    release_first.set()
+    for t in (t1, tw, t2):
+        t.join(10)
+    assert order.index("w out") < order.index("r2 in"), order
+
+
+def test_alone_waits_for_present_occupants_and_marks_overlap():
+    g = DeviceGate("t")
+    idle, solo = Occupant("idle"), Occupant("solo")
+    with g.shared(idle):
+        g.enter(idle)  # like a built timing process waiting for its turn, gate released
+    got = threading.Event()
+
+    def rerun() -> None:
+        with g.exclusive(solo, "rerun_alone", alone=True):
+            got.set()
+
+    t = threading.Thread(target=rerun)
+    t.start()
+    time.sleep(0.05)
+    assert not got.is_set()  # an occupant is still present
+    with g.exclusive(idle, "time"):  # the idle one may still take its exclusive turn
+        pass
+    g.leave(idle)
+    assert got.wait(5)
+    t.join(5)
+    assert g.present() == 0
+    assert not solo.overlapped and solo.phases[0]["phase"] == "rerun_alone"
+
+
+def test_domains():
+    assert domain_of("cuda", "1") == "cuda:1" and domain_of("cpu", None) == "host"
+    assert device_gate("host") is device_gate("host")
+    assert device_gate("cuda:0") is not device_gate("cuda:1")
