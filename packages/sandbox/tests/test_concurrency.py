@@ -26,6 +26,8 @@ HEAD = (
 VALID = HEAD.format(init="", body="        return x * self.w + self.b\n")
 WRONG = HEAD.format(init="", body="        return x * self.w\n")
 RAISES = HEAD.format(init="", body="        raise RuntimeError('boom in forward')\n")
+# what a neighbour can cause: the allocator refusing memory (a plain exception is not re-run)
+OOM = HEAD.format(init="", body="        raise MemoryError('boom: out of memory in forward')\n")
 # passes verification, then dies while the timing process starts (before it says "ready")
 DIES_AT_TIMING = HEAD.format(
     init="        if sys.argv[-1].endswith('time.spec.json'):\n            os._exit(7)\n",
@@ -103,11 +105,11 @@ def test_runtime_error_while_sharing_is_rerun_alone(cache_dir, scale_add_task):
     ts[0].start()
     assert holding.wait(10)
     ts[1].start()
-    p = prepare(kb_candidate(scale_add_task, RAISES), cfg, backend="cpu")
+    p = prepare(kb_candidate(scale_add_task, OOM), cfg, backend="cpu")
     r = run_on_device(p, slot=5, gate=gate)
     for t in ts:
         t.join(10)
-    assert r.status == Status.RUNTIME_ERROR and "boom in forward" in r.message, r.message
+    assert r.status == Status.RUNTIME_ERROR and "out of memory" in r.message, r.message
     first = r.meta["rerun_alone"]
     assert first["status"] == "runtime_error" and "another candidate" in first["why"]
     assert any(ph["phase"] == "reference" for ph in first["device_phases"])

@@ -20,7 +20,8 @@ share of the memory (``mem_fraction``).
 Verdict safety: a neighbour can make an honest candidate fail (its out-of-memory or a GPU fault
 that takes the device's memory, the host's OOM killer on the cpu backend), and a capped
 allocator can refuse what an uncapped one gives. So a device half that ends in ``runtime_error``
-or ``infra_error`` while another candidate was present on the device (or under a memory cap) is
+or ``infra_error`` that looks like a memory failure (out of memory, an allocation refused, a
+SIGKILL) while another candidate was present on the device (or under a memory cap) is
 run once more, alone (exclusive gate, no other occupant present, no cap), and that second result
 is the one returned; ``meta["rerun_alone"]`` says why and what the first run said. A
 reference that succeeded is not recomputed (same secret trials and outputs;
@@ -458,6 +459,18 @@ def _prepare(p: Prepared, slot: int) -> None:
 
 GO_TIMEOUT_S = 4 * 3600.0  # the timing process's own bound on waiting for its exclusive turn
 RERUN_STATUSES = (Status.RUNTIME_ERROR, Status.INFRA_ERROR)
+# what a neighbour (or the memory cap) can cause: running out of device or host memory, or the
+# kernel's OOM killer (SIGKILL); an illegal address or an exception of the candidate's own is
+# not re-run (separate CUDA contexts), which keeps hostile streams from costing twice
+_MEMORY_FAILURE = re.compile(
+    r"out of memory|OutOfMemory|MemoryError|memory over the limit|alloc|SIGKILL|signal 9",
+    re.IGNORECASE,
+)
+
+
+def _memory_failure(r: EvalResult) -> bool:
+    text = r.message + ("\n" + r.correctness.message if r.correctness else "")
+    return bool(_MEMORY_FAILURE.search(text))
 
 
 @dataclass
@@ -512,6 +525,7 @@ def run_on_device(
             r.status in RERUN_STATUSES
             and p.config.rerun_alone
             and (occ.overlapped or mem_fraction is not None)
+            and _memory_failure(r)
         ):
             why = (
                 f"{r.status.value} while another candidate was on {g.name}"
