@@ -6,6 +6,7 @@
 #   LANE0="ppo-ds sandbox-ab profiler guards kbeval agent" bash bin/gpu-check.sh       # one GPU
 #   LANE0="opsynth sandbox-d1" LANE1="train-all" bash bin/gpu-check.sh                # two GPUs
 #   LANE0="sandbox-d2 ppo-multi" bash bin/gpu-check.sh                                 # two GPUs
+#   LANE0="gen-probe sandbox-wpg" bash bin/gpu-check.sh                                # one GPU
 #
 # Lanes run in parallel, each pinned to one GPU (LANE0 on GPU 0, LANE1 on GPU 1) unless its
 # sections need every GPU (sandbox-d2, ppo-multi); sections of a lane run in order, each under its
@@ -43,6 +44,16 @@ sec_sandbox-d1() {  # throughput batch on one GPU
 }
 sec_sandbox-d2() {  # the same batch on every GPU (one device worker per GPU)
   SECTIONS=D D_N=${D_N:-20} D_TAG=D2 D_GPUS=all python3 packages/sandbox/benchmarks/gpu_check.py "$1" "$(( $2 - 10 ))"
+}
+sec_sandbox-wpg() {  # the same batch with 1 and with 2 device workers on one GPU (throughput ratio)
+  local half=$(( ($2 - 20) / 2 ))
+  mkdir -p "$1/w1" "$1/w2"
+  SECTIONS=D D_N=${D_N:-20} D_TAG=W1 D_WPG=1 python3 packages/sandbox/benchmarks/gpu_check.py "$1/w1" "$half"
+  SECTIONS=D D_N=${D_N:-20} D_TAG=W2 D_WPG=2 python3 packages/sandbox/benchmarks/gpu_check.py "$1/w2" "$half"
+}
+sec_gen-probe() {  # why the first generate calls of a process are slow on the GPU (docs/benchmarks-ppo.md)
+  python3 packages/agent/benchmarks/gen_probe.py "$1" --calls ${GEN_CALLS:-4} --dtype bf16 2>&1 | grep -v "Loading\|Writing"
+  python3 packages/agent/benchmarks/gen_probe.py "$1" --calls ${GEN_CALLS:-4} --dtype fp32 2>&1 | grep -v "Loading\|Writing"
 }
 sec_profiler() {  # ceilings (incl. read bandwidth) and the GPU tests (CUDA-graph replay)
   OUT=$1 STAGES=${PROFILER_STAGES:-"ceilings tests"} bash bin/gpu-check-profiler.sh
@@ -111,6 +122,7 @@ run_lane() {  # run_lane GPU SECTIONS...
       agent) [ "$lim" -gt 200 ] && lim=200 ;;
       kbeval) [ "$lim" -gt 450 ] && lim=450 ;;
       opsynth) [ "$lim" -gt 240 ] && lim=240 ;;
+      gen-probe) [ "$lim" -gt 180 ] && lim=180 ;;
     esac
     if [ "$lim" -lt 30 ]; then say "$s: skipped ($(left)s left)"; echo "$s skipped" >> "$OUT/sections.txt"; continue; fi
     mkdir -p "$OUT/$s"

@@ -340,3 +340,50 @@ def test_profiler_flags_that_hide_the_true_cost_reject():
     # flags where the protocol charged the true cost are not guard findings
     assert timing_checks(td("async_work", "background_thread", "cuda_graph")) == []
     assert timing_checks(td("stale_output"), policy="off") == []
+
+
+_LAZY_DYNAMO = """
+import functools, json, sys
+import torch
+assert "torch._dynamo" not in sys.modules
+from cuda_agent.guards.runtime import RuntimeGuardImpl
+
+def run(patch):
+    g = RuntimeGuardImpl("strict", "cpu", trace_kernels=False)
+    g.install()
+    x = [torch.randn(4)]
+    with g.watch(x):
+        patch()
+        y = x[0] * 2
+    g.after_call(x, y)
+    return [[v.code, v.severity] for v in g.finish() if "PATCH" in v.code]
+
+def lazy_import():  # what torch does on its own during a call: manual_seed re-wrapped by torch
+    import torch._dynamo  # noqa: F401
+
+def foreign():  # a candidate's wrapper that looks like torch's (same __wrapped__, same module)
+    orig = torch.manual_seed
+    @functools.wraps(orig)
+    def fake(seed):
+        return orig(seed)
+    torch.manual_seed = fake
+
+print(json.dumps({"lazy": run(lazy_import), "foreign": run(foreign)}))
+"""
+
+
+def test_torch_rewrapping_its_own_function_is_not_a_patch() -> None:
+    """torch rebinds torch.manual_seed to its own wrapper when torch._dynamo is first imported
+    (seen on every honest H200 candidate as a G-HARNESS-PATCH flag); a candidate's look-alike
+    wrapper is still caught."""
+    import json
+    import subprocess
+    import sys
+
+    p = subprocess.run(
+        [sys.executable, "-c", _LAZY_DYNAMO], capture_output=True, text=True, timeout=300
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["lazy"] == []
+    assert ["G-HARNESS-PATCH", "reject"] in got["foreign"], got

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,7 @@ OUT = Path(sys.argv[1])
 BUDGET = float(sys.argv[2]) if len(sys.argv) > 2 else 420.0
 T0 = time.monotonic()
 OUT.mkdir(parents=True, exist_ok=True)
+COMPLETE: dict[str, bool] = {}  # run_eval name -> every candidate finished
 REPORT: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
 TCFG = json.dumps({"time_cap_s": 3.0, "warmup_max_s": 1.0})
 
@@ -87,10 +89,26 @@ def run_eval(name: str, cands: list[Candidate], extra: list[str], timeout: float
         *extra,
     ]
     t = time.monotonic()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=max(30, timeout))
-    (OUT / f"{name}.stderr.txt").write_text(p.stderr[-200000:])
-    log(f"{name}: rc={p.returncode} in {time.monotonic() - t:.1f}s")
-    rows = [json.loads(x) for x in res.read_text().splitlines()] if res.exists() else []
+    err = OUT / f"{name}.stderr.txt"
+    with open(err, "w") as fh:
+        # own session: on the deadline the whole eval (its workers, their jails) is stopped, and
+        # the results it wrote so far are kept (written as each finishes)
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fh, start_new_session=True)
+        try:
+            rc = p.wait(timeout=max(30, timeout))
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGTERM)
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+            rc = "deadline"
+    log(f"{name}: rc={rc} in {time.monotonic() - t:.1f}s")
+    rows = (
+        [json.loads(x) for x in res.read_text().splitlines() if x.strip()] if res.exists() else []
+    )
+    COMPLETE[name] = rc == 0 and len(rows) == len(cands)
     return rows
 
 
@@ -313,6 +331,8 @@ def section_d() -> None:
         "verdicts": [r["status"] for r in rows],
         "workers": sorted({str((r.get("meta") or {}).get("worker")) for r in rows}),
         "n": len(rows),
+        "of": len(cands),
+        "complete": COMPLETE.get(tag, False),
         "wall_s": round(wall, 1),
         "per_gpu_hour": round(len(rows) / wall * 3600, 1) if rows else 0,
         "statuses": {

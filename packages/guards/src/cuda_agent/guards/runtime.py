@@ -289,6 +289,13 @@ class RuntimeGuardImpl:
         if not changed:
             return
         foreign = set(harness.unpristine({k: now[k] for k in changed}))
+        # importing torch._dynamo (lazily, during a call) rebinds torch.manual_seed to torch's own
+        # wrapper of the same function: not a patch
+        changed = [
+            k
+            for k in changed
+            if k in foreign or getattr(now[k], "__wrapped__", None) is not self._snap[k]
+        ]
         for name in changed:
             timing = name in harness.TIMING
             code = "G-TIMER-PATCH" if timing else "G-HARNESS-PATCH"
