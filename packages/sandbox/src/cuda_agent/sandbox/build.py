@@ -211,14 +211,18 @@ def build_workdir(
     cache: ObjectCache,
     jobs: int = 4,
     timeout_s: float = 300.0,
-    pch: bool = True,
+    pch: bool | None = None,
     limits: Limits | None = None,
 ) -> BuildResult:
     """Build ``src_dir`` (a materialised workdir) into ``out_dir/cuda_extension.so``.
 
+    ``pch``: precompile the bindings' torch/pybind prelude (None: on the cuda backend only; on the
+    cpu backend building it costs more than the handful of bindings a test run compiles).
     Never raises for a bad solution: compiler errors, a missing source or the time limit give
     ``ok=False`` with the log. All units share one wall-clock budget of ``timeout_s``.
     """
+    if pch is None:
+        pch = backend == "cuda"
     t0 = time.monotonic()
     src = Path(src_dir)
     out = Path(out_dir)

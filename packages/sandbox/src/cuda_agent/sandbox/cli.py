@@ -88,8 +88,12 @@ def eval_cmd(
         int, typer.Option("--host-mem-mb", help="Host memory limit of a candidate.")
     ] = 32768,
     pch: Annotated[
-        bool, typer.Option("--pch/--no-pch", help="Precompile the bindings' torch headers.")
-    ] = True,
+        bool | None,
+        typer.Option(
+            "--pch/--no-pch",
+            help="Precompile the bindings' torch headers (default: on the cuda backend only).",
+        ),
+    ] = None,
     cache_dir: Annotated[
         Path | None, typer.Option("--cache-dir", help="Object/extension cache.")
     ] = None,

@@ -42,7 +42,7 @@ class SandboxConfig:
     # build
     cache_dir: str | None = None
     compile_jobs: int = 4  # parallel compiler processes per candidate
-    pch: bool = True  # precompile the torch/pybind prelude of bindings
+    pch: bool | None = None  # precompile the bindings' torch/pybind prelude (None: cuda only)
     # isolation
     tmp_root: str | None = None
     keep_dirs: bool = False
