@@ -52,8 +52,12 @@ sec_sandbox-wpg() {  # the same batch with 1 and with 2 device workers on one GP
   SECTIONS=D D_N=${D_N:-20} D_TAG=W2 D_WPG=2 python3 packages/sandbox/benchmarks/gpu_check.py "$1/w2" "$half"
 }
 sec_gen-probe() {  # why the first generate calls of a process are slow on the GPU (docs/benchmarks-ppo.md)
-  python3 packages/agent/benchmarks/gen_probe.py "$1" --calls ${GEN_CALLS:-4} --dtype bf16 2>&1 | grep -v "Loading\|Writing"
-  python3 packages/agent/benchmarks/gen_probe.py "$1" --calls ${GEN_CALLS:-4} --dtype fp32 2>&1 | grep -v "Loading\|Writing"
+  local v
+  for v in "bf16 off" "bf16 on" "fp32 off"; do  # the fix, torch's default (cuDNN attention), fp32
+    set -- "$1" $v
+    python3 packages/agent/benchmarks/gen_probe.py "$1" --calls ${GEN_CALLS:-3} --new 256 --dtype "$2" \
+      --cudnn-sdpa "$3" 2>&1 | grep -v "Loading\|Writing"
+  done
 }
 sec_profiler() {  # ceilings (incl. read bandwidth) and the GPU tests (CUDA-graph replay)
   OUT=$1 STAGES=${PROFILER_STAGES:-"ceilings tests"} bash bin/gpu-check-profiler.sh
@@ -122,7 +126,7 @@ run_lane() {  # run_lane GPU SECTIONS...
       agent) [ "$lim" -gt 200 ] && lim=200 ;;
       kbeval) [ "$lim" -gt 450 ] && lim=450 ;;
       opsynth) [ "$lim" -gt 240 ] && lim=240 ;;
-      gen-probe) [ "$lim" -gt 180 ] && lim=180 ;;
+      gen-probe) [ "$lim" -gt 300 ] && lim=300 ;;
     esac
     if [ "$lim" -lt 30 ]; then say "$s: skipped ($(left)s left)"; echo "$s skipped" >> "$OUT/sections.txt"; continue; fi
     mkdir -p "$OUT/$s"

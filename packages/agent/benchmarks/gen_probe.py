@@ -6,13 +6,15 @@ lock-step batched generation (``HFPolicy.generate``, the tiny random-weight mode
 as an episode's SKILL.md prompt) several times in one process and records, per call: wall time,
 CUDA-synchronised time, torch.compile activity (dynamo counters), the cache class transformers
 chose, allocator statistics (cudaMalloc retries, reserved bytes) and, for the first and the last
-call, the top operators of a ``torch.profiler`` trace. Run it once per dtype (a fresh process
-each: the effect is per process).
+call, the top operators of a ``torch.profiler`` trace. Run it once per setting (a fresh process
+each: the effect is per process). The suspected cause: torch's cuDNN attention backend builds a
+plan per new shape for masked (left-padded) batches; the model loader now turns it off
+(``avoid_cudnn_attention``), ``--cudnn-sdpa on`` turns it back on for the comparison.
 
     python packages/agent/benchmarks/gen_probe.py OUT_DIR [--device cuda] [--dtype bf16|fp32]
-        [--calls 4] [--batch 8] [--context 7500] [--new 512]
+        [--cudnn-sdpa off|on] [--calls 4] [--batch 8] [--context 7500] [--new 512]
 
-Writes OUT_DIR/gen_probe-DTYPE.json and prints a one-line summary per call.
+Writes OUT_DIR/gen_probe-DTYPE-cudnnSETTING.json and prints a one-line summary per call.
 """
 
 from __future__ import annotations
@@ -62,7 +64,14 @@ def _top_ops(prof: Any, n: int = 12) -> list[dict[str, Any]]:
 
 
 def probe(
-    out: Path, device: str, calls: int, batch: int, context: int, new: int, dtype_name: str = "bf16"
+    out: Path,
+    device: str,
+    calls: int,
+    batch: int,
+    context: int,
+    new: int,
+    dtype_name: str = "bf16",
+    cudnn_sdpa: str = "off",
 ) -> dict:
     """Run the probe; returns (and writes) the record."""
     import torch
@@ -74,6 +83,8 @@ def probe(
     d = make_tiny_model(out / "tiny-model")
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name]
     model, tok = load_causal_lm(str(d), device=device, dtype=dtype)
+    if cudnn_sdpa == "on":  # what torch does by default (the loader turned it off)
+        torch.backends.cuda.enable_cudnn_sdp(True)
     policy = HFPolicy(model.eval(), tok, temperature=1.0, seed=0)
     rng = random.Random(0)
     vocab = len(tok) - 1
@@ -81,6 +92,7 @@ def probe(
         "device": torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu",
         "torch": torch.__version__,
         "dtype": dtype_name,
+        "cudnn_sdpa": torch.backends.cuda.cudnn_sdp_enabled(),
         "batch": batch,
         "context": context,
         "new_tokens": new,
@@ -108,7 +120,7 @@ def probe(
         return r
 
     model.generate = spy  # type: ignore[method-assign]
-    for variant in (dtype_name,):
+    for variant in (f"{dtype_name}-cudnn{cudnn_sdpa}",):
         for i in range(calls):
             ctx = [[rng.randrange(5, vocab) for _ in range(context + 37 * j)] for j in range(batch)]
             profile = i in (0, calls - 1)
@@ -149,7 +161,7 @@ def probe(
                 f"dynamo {row['dynamo_delta'] or '-'}",
                 flush=True,
             )
-    (out / f"gen_probe-{dtype_name}.json").write_text(json.dumps(rec, indent=1))
+    (out / f"gen_probe-{dtype_name}-cudnn{cudnn_sdpa}.json").write_text(json.dumps(rec, indent=1))
     return rec
 
 
@@ -158,12 +170,13 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
+    ap.add_argument("--cudnn-sdpa", default="off", choices=["off", "on"])
     ap.add_argument("--calls", type=int, default=4)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--context", type=int, default=7500)
     ap.add_argument("--new", type=int, default=512)
     a = ap.parse_args()
-    probe(a.out, a.device, a.calls, a.batch, a.context, a.new, a.dtype)
+    probe(a.out, a.device, a.calls, a.batch, a.context, a.new, a.dtype, a.cudnn_sdpa)
 
 
 if __name__ == "__main__":

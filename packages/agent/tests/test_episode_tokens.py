@@ -101,3 +101,23 @@ def test_hf_policy_logprobs_match_a_forward_pass(tmp_path, tiny_model_dir, dir_e
                 t.logprobs[i],
             )
         assert all(t.logprobs[i] == 0.0 for i, m in enumerate(t.loss_mask) if not m)
+
+
+def test_loaded_models_attend_without_cudnn(tiny_model_dir, monkeypatch):
+    """Every model we load takes cuDNN out of torch's attention backends (a per-shape plan build
+    made the H200's first generations 15x slower); the user can keep it."""
+    import torch
+
+    from cuda_agent.agent.models import avoid_cudnn_attention, load_causal_lm
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        monkeypatch.setenv("CUDA_AGENT_CUDNN_SDPA", "1")
+        avoid_cudnn_attention()
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        monkeypatch.delenv("CUDA_AGENT_CUDNN_SDPA")
+        load_causal_lm(str(tiny_model_dir))
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)

@@ -112,11 +112,33 @@ def load_tokenizer(spec: str | os.PathLike[str]):
     return tok
 
 
+def avoid_cudnn_attention() -> None:
+    """Take cuDNN out of torch's scaled-dot-product-attention backends, process-wide (idempotent;
+    ``CUDA_AGENT_CUDNN_SDPA=1`` keeps it).
+
+    With an explicit attention mask (left-padded batches: what generation and the trainers pass)
+    torch tries cuDNN first on recent GPUs, and cuDNN builds an execution plan for every new
+    shape (about 0.4 s each; every decode step's longer KV cache is a new shape). On the H200 a
+    fresh process's first PPO steps generated 15x slower than later ones (docs/benchmarks-ppo.md).
+    The flash and memory-efficient kernels need no per-shape plan."""
+    if os.environ.get("CUDA_AGENT_CUDNN_SDPA") == "1":
+        return
+    try:
+        import torch
+
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    except (ImportError, AttributeError):
+        pass
+
+
 def load_causal_lm(
     spec: str | os.PathLike[str], device: str = "cpu", dtype: Any = None, **kw: Any
 ) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` for ``spec`` on ``device`` (``dtype`` defaults to the checkpoint's)."""
+    """``(model, tokenizer)`` for ``spec`` on ``device`` (``dtype`` defaults to the checkpoint's);
+    attention without cuDNN (:func:`avoid_cudnn_attention`)."""
     from transformers import AutoModelForCausalLM
+
+    avoid_cudnn_attention()
 
     path = resolve_model(spec)
     model = AutoModelForCausalLM.from_pretrained(

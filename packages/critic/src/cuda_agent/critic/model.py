@@ -54,8 +54,9 @@ class ValueModel(nn.Module):
         """A critic from a critic directory, or a fresh head on an actor's backbone."""
         from transformers import AutoModel
 
-        from cuda_agent.rft.modeling import resolve_model_dir
+        from cuda_agent.rft.modeling import attention_setup, resolve_model_dir
 
+        attention_setup()
         path = resolve_model_dir(spec)
         backbone = AutoModel.from_pretrained(path, local_files_only=True, dtype=dtype)
         backbone.config.use_cache = False

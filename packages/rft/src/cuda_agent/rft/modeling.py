@@ -25,9 +25,22 @@ def resolve_model_dir(spec: str | os.PathLike[str]) -> Path:
     return p
 
 
+def attention_setup() -> None:
+    """Process-wide attention settings of every model we load (see
+    ``cuda_agent.agent.models.avoid_cudnn_attention``)."""
+    try:
+        from cuda_agent.agent.models import avoid_cudnn_attention
+    except ImportError:
+        return
+    avoid_cudnn_attention()
+
+
 def load_causal_lm(spec: str | os.PathLike[str], dtype: Any = None) -> Any:
-    """A ``transformers`` causal LM from a local directory, KV cache off (training)."""
+    """A ``transformers`` causal LM from a local directory, KV cache off (training); attention
+    set up by :func:`attention_setup`."""
     from transformers import AutoModelForCausalLM
+
+    attention_setup()
 
     model = AutoModelForCausalLM.from_pretrained(
         resolve_model_dir(spec), local_files_only=True, dtype=dtype if dtype is not None else "auto"
