@@ -125,14 +125,22 @@ def rollout(
         key=lambda r: "",
         quiet=True,
     )
+    jobs = [(t, s) for t in task_list for s in range(samples)]
+    done = done_keys(output) if resume and output is not None else set()
+    kind, _, rest = policy.partition(":")
+    if done and kind not in ("openai", "vllm", "scripted"):  # an hf model: its name is known
+        from .policy import HFPolicy
+
+        name = HFPolicy.name_for(rest if kind == "hf" else policy)
+        if all(trajectory_id(t, name, s, mode) in done for t, s in jobs):
+            log(f"rollout: {len(jobs)} episodes ({len(jobs)} already done), policy {name}")
+            return
     try:
         pol = make_policy(
             policy, device=device, temperature=temperature, seed=seed, max_new_tokens=max_new_tokens
         )
     except (ValueError, OSError) as e:
         raise fail(f"--policy {policy}: {e}") from None
-    jobs = [(t, s) for t in task_list for s in range(samples)]
-    done = done_keys(output) if resume and output is not None else set()
     todo = [(t, s) for t, s in jobs if trajectory_id(t, pol.name, s, mode) not in done]
     log(f"rollout: {len(jobs)} episodes ({len(jobs) - len(todo)} already done), policy {pol.name}")
     env = SandboxEnv(SandboxConfig(backend=backend))

@@ -114,7 +114,12 @@ class HFPolicy(SamplingPolicy):
 
         model, tok = load_causal_lm(spec, device=device, dtype=dtype)
         model.eval()
-        return cls(model, tok, name=f"hf:{spec}", **kw)
+        return cls(model, tok, name=cls.name_for(spec), **kw)
+
+    @staticmethod
+    def name_for(spec: str) -> str:
+        """The name (and trajectory-id part) a policy loaded from ``spec`` gets."""
+        return f"hf:{spec}"
 
     def generate(
         self,
