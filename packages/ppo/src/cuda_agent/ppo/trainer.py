@@ -507,7 +507,7 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
                                     lp, cat([ref_lp[s.traj] for s in group]), cfg.ppo.kl_estimator
                                 )
                                 loss = loss + cfg.ppo.kl_coef * kl.sum() / gtok
-                                agg.add("kl", float(kl.mean()))
+                                agg.add("kl", float(kl.detach().mean()))
                             actor_b.backward(loss, last)
                             agg.add(
                                 "policy_loss", float(out_pl.loss.detach()) * gtok / max(n_here, 1)
