@@ -7,6 +7,7 @@ from cuda_agent.profiler.baseline import (
     BaselineCache,
     baseline_for_task,
     cache_root,
+    cached_baseline,
     device_name,
     task_hash,
     torch_version,
@@ -57,6 +58,9 @@ def test_baseline_subprocess_then_cache(tiny_src, tmp_path):
     assert b.protocol_version == PROTOCOL_VERSION and b.backend == "cpu"
     key = BaselineCache.key(task_hash(tiny_src), device_name("cpu"), torch_version(), "none", "cpu")
     assert cache.get(key) == b
+    # the read-only lookup the sandbox uses finds the same entry, and nothing else
+    assert cached_baseline(tiny_src, device="cpu", compile_mode=None, cache=cache) == b
+    assert cached_baseline(tiny_src, device="cpu", compile_mode="default", cache=cache) is None
     t0 = time.monotonic()
     again = baseline_for_task(tiny_src, device="cpu", compile_mode=None, config=CFG, cache=cache)
     assert again == b and time.monotonic() - t0 < 1.0  # served from the cache

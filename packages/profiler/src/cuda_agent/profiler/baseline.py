@@ -271,6 +271,23 @@ def run_worker(
     return lines, err, tail
 
 
+def cached_baseline(
+    task: Task | str,
+    *,
+    device: str = "cuda",
+    compile_mode: str | None = "default",
+    cache: BaselineCache | None = None,
+) -> Baseline | None:
+    """The cached baseline :func:`baseline_for_task` would return for these arguments, or None;
+    never measures."""
+    ref = task.ref_code if isinstance(task, Task) else task
+    backend = "cuda" if device.startswith("cuda") else "cpu"
+    key = BaselineCache.key(
+        task_hash(ref), device_name(device), torch_version(), compile_mode or "none", backend
+    )
+    return (cache if cache is not None else BaselineCache()).get(key)
+
+
 def baseline_for_task(
     task: Task | str,
     *,

@@ -15,6 +15,7 @@ device's measured ceilings.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -120,17 +121,28 @@ def measure_ceilings(
     )
 
 
-def get_ceilings(device: str = "cuda", *, recompute: bool = False) -> Ceilings:
-    """Cached ceilings of ``device`` (``$CUDA_AGENT_CACHE/ceilings``); measured once if missing."""
+def _ceilings_path(device: str) -> Path:
     from cuda_agent.records import content_id
 
     key = content_id(device_name(device), torch_version(), PROTOCOL_VERSION)
-    path = cache_root() / "ceilings" / f"{key}.json"
+    return cache_root() / "ceilings" / f"{key}.json"
+
+
+def cached_ceilings(device: str = "cuda") -> Ceilings | None:
+    """The cached ceilings of ``device``, or None; never measures (no CUDA context needed)."""
+    try:
+        return msgspec.json.decode(_ceilings_path(device).read_bytes(), type=Ceilings)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def get_ceilings(device: str = "cuda", *, recompute: bool = False) -> Ceilings:
+    """Cached ceilings of ``device`` (``$CUDA_AGENT_CACHE/ceilings``); measured once if missing."""
     if not recompute:
-        try:
-            return msgspec.json.decode(path.read_bytes(), type=Ceilings)
-        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-            pass
+        c = cached_ceilings(device)
+        if c is not None:
+            return c
+    path = _ceilings_path(device)
     c = measure_ceilings(device)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")

@@ -787,7 +787,6 @@ def _run_on_device(
     trials, init_seed, refs, hidden = rs.trials, rs.init_seed, rs.refs, rs.hidden
     init_path, sd_path = rs.init_path, rs.sd_path
     # 2. candidate verification, in a confined process receiving only seeds, init inputs, weights
-    t = time.monotonic()
     cand_spec = {
         "op": "candidate",
         "ref_path": str(work / "model.py"),
@@ -1028,18 +1027,10 @@ _SOL_CACHE: dict[str, float | None] = {}
 def _read_ceilings() -> Any:
     """The profiler's cached ceilings of this machine's GPU, or None (never measures)."""
     try:
-        import msgspec
+        from cuda_agent.profiler.sol import cached_ceilings
 
-        from cuda_agent.profiler.baseline import cache_root as prof_cache
-        from cuda_agent.profiler.baseline import device_name, torch_version
-        from cuda_agent.profiler.config import PROTOCOL_VERSION
-        from cuda_agent.profiler.sol import Ceilings
-        from cuda_agent.records import content_id
-
-        key = content_id(device_name("cuda"), torch_version(), PROTOCOL_VERSION)
-        path = prof_cache() / "ceilings" / f"{key}.json"
-        return msgspec.json.decode(path.read_bytes(), type=Ceilings)
-    except Exception:  # noqa: BLE001 - missing or unreadable: measure
+        return cached_ceilings("cuda")
+    except Exception:  # noqa: BLE001 - unreadable: measure
         return None
 
 
@@ -1157,23 +1148,12 @@ def _baseline(c: Candidate, cfg: SandboxConfig, backend: str, gpu: str | None, t
 def _cached_baseline(c: Candidate, backend: str, gpu: str | None, device: str, want_compile: bool):
     """The profiler's cached baseline of the task on this device, or None (never measures)."""
     try:
-        from cuda_agent.profiler.baseline import (
-            BaselineCache,
-            device_name,
-            task_hash,
-            torch_version,
-        )
+        from cuda_agent.profiler.baseline import cached_baseline
 
         with _visible_gpu(backend, gpu):
-            dname = device_name(device)
-        key = BaselineCache.key(
-            task_hash(c.task.ref_code),
-            dname,
-            torch_version(),
-            "default" if want_compile else "none",
-            backend,
-        )
-        return BaselineCache().get(key)
+            return cached_baseline(
+                c.task, device=device, compile_mode="default" if want_compile else None
+            )
     except Exception:  # noqa: BLE001 - a miss
         return None
 
