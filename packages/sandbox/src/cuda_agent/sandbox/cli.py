@@ -119,7 +119,7 @@ def eval_cmd(
         bool,
         typer.Option(
             "--rerun-alone/--no-rerun-alone",
-            help="Re-run, alone on the device, a runtime/infra error met while sharing it.",
+            help="Re-run, alone on the device, a memory failure met while sharing it.",
         ),
     ] = True,
     timing_config: Annotated[

@@ -36,7 +36,7 @@ class SandboxConfig:
     # concurrency (SandboxPool): device workers per GPU; their reference and verification
     # processes overlap, anything timed holds the GPU alone (see ``gate``)
     workers_per_gpu: int = 2
-    rerun_alone: bool = True  # re-run a runtime/infra error met while sharing the device, alone
+    rerun_alone: bool = True  # re-run, alone, a memory failure met while sharing the device
     # guards
     guard_policy: str = "strict"  # strict | kernelbench | off
     # build

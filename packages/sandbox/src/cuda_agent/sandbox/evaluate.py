@@ -509,8 +509,8 @@ def run_on_device(
 
     ``gate``: the device's gate (default: this process's gate of the device, ``device_gate``);
     ``mem_fraction``: cap of each process's CUDA caching allocator (several workers per GPU).
-    A ``runtime_error``/``infra_error`` met while sharing the device (or under a cap) is re-run
-    alone once (see the module docstring); ``meta["rerun_alone"]`` says so."""
+    A ``runtime_error``/``infra_error`` that looks like a memory failure, met while sharing the
+    device (or under a cap), is re-run alone once (see the module docstring); ``meta["rerun_alone"]`` says so."""
     try:
         if p.result is not None:
             return p.result

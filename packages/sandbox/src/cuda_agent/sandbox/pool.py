@@ -14,8 +14,8 @@ threads, then verified and timed by one of the device workers: ``workers_per_dev
 one device overlap their reference and verification processes and take the device alone for
 anything timed (``gate.DeviceGate``; on the cpu backend all workers share one timing domain, the
 host). With several workers per GPU each process's CUDA allocator is capped to
-``GPU_MEMORY_SHARE / workers_per_device`` of the GPU, and a runtime/infra error met while sharing
-is re-run alone (``evaluate`` module docstring). Every process that runs candidate code is fresh
+``GPU_MEMORY_SHARE / workers_per_device`` of the GPU, and a memory failure met while sharing is
+re-run alone (``evaluate`` module docstring). Every process that runs candidate code is fresh
 and confined (see ``isolation``); each worker has its own slot (uid).
 """
 
