@@ -125,7 +125,7 @@ run_lane() {  # run_lane GPU SECTIONS...
       sandbox-ab) [ "$lim" -gt 240 ] && lim=240 ;;
       agent) [ "$lim" -gt 200 ] && lim=200 ;;
       kbeval) [ "$lim" -gt 450 ] && lim=450 ;;
-      opsynth) [ "$lim" -gt 240 ] && lim=240 ;;
+      opsynth) [ "$lim" -gt "${OPSYNTH_CAP:-240}" ] && lim=${OPSYNTH_CAP:-240} ;;
       gen-probe) [ "$lim" -gt 300 ] && lim=300 ;;
     esac
     if [ "$lim" -lt 30 ]; then say "$s: skipped ($(left)s left)"; echo "$s skipped" >> "$OUT/sections.txt"; continue; fi

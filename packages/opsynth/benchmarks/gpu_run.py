@@ -5,8 +5,9 @@ parallel workers on one GPU, then run the filter on an Ops-6K sample; write JSON
 
 Environment (defaults in brackets): BUDGET_S [240] wall seconds for everything (a deadline:
 workers still running are stopped and their finished records kept), BACKEND [cuda], SIZE
-[gpu on cuda, tiny on cpu], N [500] composed tasks, SEED [0], WORKERS [min(12, cores - 2)]
-filter workers, OURS_SHARE [0.6] share of the filter time for our tasks before the Ops-6K part
+[gpu on cuda, tiny on cpu], N [500] composed tasks, SEED [0], GPUS [CUDA_VISIBLE_DEVICES, else
+every GPU nvidia-smi lists] comma-separated GPUs the filter workers are spread over (round robin,
+one timing lock per GPU), WORKERS [min(12 x GPUs, cores - 2)] filter workers, OURS_SHARE [0.6] share of the filter time for our tasks before the Ops-6K part
 starts (unused time passes on), OPS6K [.gpu-data/ops6k_300.jsonl] Task JSONL of the Ops-6K
 sample (skipped with a message when absent), COMPILE [1], COMPILE_BACKEND [inductor],
 TIME_BUDGET [0.3] seconds of eager timing per probe, TASK_TIMEOUT [60] seconds per probe,
@@ -38,7 +39,24 @@ BACKEND = ENV.get("BACKEND", "cuda")
 SIZE = ENV.get("SIZE", "gpu" if BACKEND == "cuda" else "tiny")
 N = int(ENV.get("N", "500"))
 SEED = int(ENV.get("SEED", "0"))
-WORKERS = int(ENV.get("WORKERS", str(max(1, min(12, (os.cpu_count() or 2) - 2)))))
+
+
+def _gpus() -> list[str]:
+    """The GPUs filter workers run on: GPUS, else the visible ones, else every GPU listed."""
+    if ENV.get("GPUS"):
+        return [g for g in ENV["GPUS"].split(",") if g.strip()]
+    if ENV.get("CUDA_VISIBLE_DEVICES"):
+        return [g for g in ENV["CUDA_VISIBLE_DEVICES"].split(",") if g.strip()]
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+        n = sum(line.startswith("GPU ") for line in listed.stdout.splitlines())
+    except (OSError, subprocess.TimeoutExpired):
+        n = 0
+    return [str(i) for i in range(max(1, n))]
+
+
+GPUS = _gpus() if BACKEND == "cuda" else ["cpu"]
+WORKERS = int(ENV.get("WORKERS", str(max(1, min(12 * len(GPUS), (os.cpu_count() or 2) - 2)))))
 OURS_SHARE = float(ENV.get("OURS_SHARE", "0.6"))
 OPS6K = Path(ENV.get("OPS6K", ".gpu-data/ops6k_300.jsonl"))
 COMPILE = ENV.get("COMPILE", "1") == "1"
@@ -94,13 +112,19 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def run_pool(
-    cmds: list[tuple[list[str], Path]], deadline_s: float, env: dict[str, str]
+    cmds: list[tuple[list[str], Path]],
+    deadline_s: float,
+    env: dict[str, str],
+    envs: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
-    """Start every command (own process group, stderr to its log); stop them at the deadline
-    (SIGINT, then SIGKILL after 8 s). Returns wall seconds and whether the deadline hit."""
+    """Start every command (own process group, stderr to its log; ``envs[i]`` overrides ``env``
+    for command i); stop them at the deadline (SIGINT, then SIGKILL after 8 s). Returns wall
+    seconds and whether the deadline hit."""
     t0 = time.monotonic()
     procs = []
-    for cmd, logf in cmds:
+    for i, (cmd, logf) in enumerate(cmds):
+        if envs is not None:
+            env = envs[i]
         fh = open(logf, "w")  # noqa: SIM115 - closed after the pool ends
         procs.append(
             (
@@ -211,6 +235,7 @@ def summarize(
         for t in kept + rejected
     ]
     wall = pool.get("wall_s") or 0.0
+    gpus = max(1, int(pool.get("gpus") or 1))
     examples: dict[str, list[dict[str, str]]] = {}
     for t in rejected:
         r = str(t["meta"]["rejected"].get("reason"))
@@ -245,9 +270,12 @@ def summarize(
         "probe_s_per_task": pcts(probe_s),
         "filter_wall_s": wall,
         "workers": workers,
+        "gpus": gpus,
         "stopped_at_deadline": pool.get("stopped_at_deadline"),
-        "tasks_per_hour": round(done / wall * 3600, 1) if wall else None,
-        "kept_per_hour": round(len(kept) / wall * 3600, 1) if wall else None,
+        # per GPU-hour: tasks over wall time over the GPUs the workers shared
+        "tasks_per_hour": round(done / wall / gpus * 3600, 1) if wall else None,
+        "kept_per_hour": round(len(kept) / wall / gpus * 3600, 1) if wall else None,
+        "tasks_per_hour_all_gpus": round(done / wall * 3600, 1) if wall else None,
         "examples": examples,
     }
 
@@ -257,10 +285,15 @@ def filter_set(
 ) -> dict[str, Any]:
     tasks = read_jsonl(src)
     w = max(1, min(WORKERS, len(tasks)))
-    lock = out / "timing.lock"
-    env = dict(ENV)
-    if TIMING_LOCK:
-        env["OPSYNTH_TIMING_LOCK"] = str(lock.resolve())
+    envs = []
+    for i in range(w):
+        env = dict(ENV)
+        gpu = GPUS[i % len(GPUS)]
+        if BACKEND == "cuda":
+            env["CUDA_VISIBLE_DEVICES"] = gpu
+        if TIMING_LOCK:  # one lock per GPU: timings on different GPUs do not disturb each other
+            env["OPSYNTH_TIMING_LOCK"] = str((out / f"timing.{gpu}.lock").resolve())
+        envs.append(env)
     args = [
         "--backend",
         BACKEND,
@@ -295,8 +328,12 @@ def filter_set(
                 out / f"filter.{name}.{i}.log",
             )
         )
-    log(f"filter {name}: {len(tasks)} tasks, {w} workers, {budget_s:.0f} s")
-    pool = run_pool(cmds, budget_s, env)
+    used = sorted({GPUS[i % len(GPUS)] for i in range(w)})
+    log(
+        f"filter {name}: {len(tasks)} tasks, {w} workers on GPUs {','.join(used)}, {budget_s:.0f} s"
+    )
+    pool = run_pool(cmds, budget_s, dict(ENV), envs)
+    pool["gpus"] = len(used) if BACKEND == "cuda" else 1
     kept = [t for i in range(w) for t in read_jsonl(out / f"kept.{name}.{i}.jsonl")]
     rej = [t for i in range(w) for t in read_jsonl(out / f"rejected.{name}.{i}.jsonl")]
     lo, hi = (1.0, 100.0) if BACKEND == "cuda" else (1.0, 1000.0)
@@ -399,6 +436,7 @@ def env_info() -> dict[str, Any]:
             "TASK_TIMEOUT",
             "MEM_GB",
             "TIMING_LOCK",
+            "GPUS",
         )
         if ENV.get(k)
     }

@@ -12,12 +12,17 @@ kept.*.jsonl), and the Ops-6K full-file statistics committed beside this script
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-CMD = 'run(command="bash bin/gpu-check-opsynth.sh", carry=[".whl", ".gpu-data"], timeout_s=300)'
+# the device call that produced the JSON (DOC_CMD overrides: say the exact call you made)
+CMD = os.environ.get(
+    "DOC_CMD",
+    'run(command="bash bin/gpu-check-opsynth.sh", carry=[".whl", ".gpu-data"], timeout_s=300)',
+)
 
 
 def load(p: Path) -> Any:
@@ -48,7 +53,7 @@ def side_table(sets: dict[str, dict[str, Any]]) -> list[str]:
 
     row("tasks in / checked", lambda s: f"{s['tasks_input']} / {s['tasks_done']}")
     row("passed", lambda s: f"{s['passed']} ({f_pct(s['pass_rate'])})")
-    row("filter workers (one GPU)", lambda s: str(s["workers"]))
+    row("filter workers / GPUs", lambda s: f"{s['workers']} / {s.get('gpus', 1)}")
     row(
         "filter wall time",
         lambda s: (
@@ -201,8 +206,9 @@ def main() -> int:
             f"- command: `{CMD}`; knobs: `{json.dumps(e.get('knobs', {}))}`",
             f"- filter: `opsynth filter {' '.join(ours.get('filter_args', []))}`, window "
             f"{ours['window_ms']} ms eager time, one process per task, {ours['workers']} workers "
-            "sharing the GPU; eager timing serialised across workers by a file lock "
-            "(`OPSYNTH_TIMING_LOCK`) so no two tasks are timed at once.",
+            f"spread round robin over {ours.get('gpus', 1)} GPU(s); eager timing serialised "
+            "across the workers of a GPU by a file lock per GPU (`OPSYNTH_TIMING_LOCK`) so no "
+            "two tasks are timed at once on one GPU.",
             f"- composed: {ours['compose']['composed']} tasks (`--size {ours['compose']['size']}`) "
             f"in {ours['compose']['wall_s']:.0f} s by {ours['compose']['processes']} processes; "
             f"lengths {ours['compose']['lengths']}",
@@ -214,7 +220,7 @@ def main() -> int:
         lines += ["## Throughput and outcome", ""] + side_table(sets) + [""]
         lines += [
             "Throughput counts every task the filter finished (kept or rejected) over the filter's "
-            "wall time on one GPU; a task outside the window is rescaled (batch size) and re-probed "
+            "wall time per GPU the workers shared (tasks / wall / GPUs); a task outside the window is rescaled (batch size) and re-probed "
             "up to twice, and torch.compile runs only for tasks inside the window.",
             "",
         ]
