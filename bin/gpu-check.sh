@@ -45,6 +45,9 @@ sec_sandbox-d1() {  # throughput batch on one GPU
 sec_sandbox-d2() {  # the same batch on every GPU (one device worker per GPU)
   SECTIONS=D D_N=${D_N:-20} D_TAG=D2 D_GPUS=all python3 packages/sandbox/benchmarks/gpu_check.py "$1" "$(( $2 - 10 ))"
 }
+sec_sandbox-w1() {  # the throughput batch on one GPU with ONE device worker (vs sandbox-d1's two)
+  SECTIONS=D D_N=${D_N:-20} D_TAG=W1 D_WPG=1 D_GPUS=0 python3 packages/sandbox/benchmarks/gpu_check.py "$1" "$(( $2 - 10 ))"
+}
 sec_sandbox-wpg() {  # the same batch with 1 and with 2 device workers on one GPU (throughput ratio)
   local half=$(( ($2 - 20) / 2 ))
   mkdir -p "$1/w1" "$1/w2"
