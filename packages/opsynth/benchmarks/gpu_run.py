@@ -225,9 +225,10 @@ def summarize(
     first_ms: list[float] = []
     for t in kept + rejected:
         info = t["meta"].get("filter") or t["meta"].get("rejected") or {}
-        rs = info.get("rescaled") or []
-        if rs:
-            first_ms.append(float(rs[0]["eager_ms_before"]))
+        # a rescale after an out-of-memory failure has no time before it: use the first timed one
+        timed = [r for r in info.get("rescaled") or [] if "eager_ms_before" in r]
+        if timed:
+            first_ms.append(float(timed[0]["eager_ms_before"]))
         elif info.get("eager_ms") is not None:
             first_ms.append(float(info["eager_ms"]))
     probe_s = [

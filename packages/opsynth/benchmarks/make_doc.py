@@ -201,7 +201,8 @@ def main() -> int:
     else:
         e = ours.get("env", env or {})
         lines += [
-            f"- date (UTC): {e.get('date_utc')}; GPU: {e.get('gpu')}; {e.get('cores')} CPU cores; "
+            f"- date (UTC): {e.get('date_utc')}; GPU: {str(e.get('gpu')).replace(chr(10), ' + ')}; "
+            f"{e.get('cores')} CPU cores; "
             f"backend `{e.get('backend')}`; git commit `{e.get('git_commit')}`",
             f"- command: `{CMD}`; knobs: `{json.dumps(e.get('knobs', {}))}`",
             f"- filter: `opsynth filter {' '.join(ours.get('filter_args', []))}`, window "
@@ -217,6 +218,16 @@ def main() -> int:
         sets = {"ours": ours}
         if o6 and "skipped" not in o6:
             sets["Ops-6K sample"] = o6
+            e6 = o6.get("env") or {}
+            if (e6.get("date_utc"), e6.get("git_commit")) != (
+                e.get("date_utc"),
+                e.get("git_commit"),
+            ):
+                lines[-1:-1] = [  # the two sets came from different runs: say so
+                    f"- the Ops-6K sample column comes from another run: {e6.get('date_utc')} UTC, "
+                    f"git commit `{e6.get('git_commit')}`, {o6.get('workers')} workers on "
+                    f"{o6.get('gpus', 1)} GPU(s), knobs `{json.dumps(e6.get('knobs', {}))}`",
+                ]
         lines += ["## Throughput and outcome", ""] + side_table(sets) + [""]
         lines += [
             "Throughput counts every task the filter finished (kept or rejected) over the filter's "
