@@ -14,6 +14,9 @@ TIME_BUDGET [0.3] seconds of eager timing per probe, TASK_TIMEOUT [60] seconds p
 MEM_GB [9] per-task memory cap (GPU memory on cuda), TIMING_LOCK [1] serialise eager timing
 across workers (one GPU: concurrent timing would inflate every time).
 
+After a run whose summary step did not finish: ``gpu_run.py OUTDIR --resummarize ours WALL_S``
+rebuilds ``ours.json`` from the kept/rejected files (WALL_S: the filter pool's wall time).
+
 Writes OUTDIR/{ours,ops6k}.json (compose/filter statistics, throughput, funnel), the task
 files (composed, kept.*, rejected.*) and worker logs. Standard library only.
 """
@@ -444,7 +447,42 @@ def env_info() -> dict[str, Any]:
     return info
 
 
+def resummarize(out: Path, name: str, wall_s: float) -> int:
+    """Rebuild OUTDIR/<name>.json from the kept/rejected files a run left behind (when its own
+    summary step did not finish), with the filter pool's wall time read from its log."""
+    src = out / "composed.jsonl" if name == "ours" else OPS6K
+    total = len(read_jsonl(src)) if src.exists() else 0
+    w = len(list(out.glob(f"filter.{name}.*.log")))
+    kept = [t for i in range(w) for t in read_jsonl(out / f"kept.{name}.{i}.jsonl")]
+    rej = [t for i in range(w) for t in read_jsonl(out / f"rejected.{name}.{i}.jsonl")]
+    env = json.loads((out / "env.json").read_text()) if (out / "env.json").exists() else {}
+    gpus = len((env.get("gpu") or "x").splitlines()) if BACKEND == "cuda" else 1
+    pool = {"wall_s": wall_s, "stopped_at_deadline": True, "gpus": gpus}
+    lo, hi = (1.0, 100.0) if BACKEND == "cuda" else (1.0, 1000.0)
+    s = summarize(name, kept, rej, total, pool, [lo, hi], w)
+    s["env"] = env
+    s["resummarized"] = True
+    if name == "ours" and src.exists():
+        tasks = read_jsonl(src)
+        lengths = Counter(len(t.get("ops", [])) for t in tasks)
+        s["compose"] = {
+            "composed": len(tasks),
+            "size": SIZE,
+            "seed": SEED,
+            "processes": "?",
+            "wall_s": 0.0,
+            "lengths": dict(sorted(lengths.items())),
+        }
+    (out / f"{name}.json").write_text(json.dumps(s, indent=2))
+    log(
+        f"{name}: {s['tasks_done']}/{total} done, {s['passed']} kept, {s['tasks_per_hour']} per GPU-h"
+    )
+    return 0
+
+
 def main() -> int:
+    if len(sys.argv) == 5 and sys.argv[2] == "--resummarize":  # OUTDIR --resummarize NAME WALL_S
+        return resummarize(Path(sys.argv[1]), sys.argv[3], float(sys.argv[4]))
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "gpu-out/opsynth")
     out.mkdir(parents=True, exist_ok=True)
     info = env_info()
