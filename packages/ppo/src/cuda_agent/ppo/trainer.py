@@ -544,7 +544,10 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
         metrics["actor_updated"] = float(train_actor)
         if device.type == "cuda":
             peak = torch.cuda.max_memory_allocated(device) / 2**30
-            metrics["peak_mem_gib"] = max(_gather(peak, dist))
+            peaks = _gather(peak, dist)
+            metrics["peak_mem_gib"] = max(peaks)
+            if len(peaks) > 1:  # memory per GPU: one key per rank
+                metrics.update({f"peak_mem_gib_rank{i}": p for i, p in enumerate(peaks)})
         mlog.write(step + 1, metrics)
         history.append(metrics)
         if dist.main:
