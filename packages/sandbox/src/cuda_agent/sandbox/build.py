@@ -57,6 +57,7 @@ class BuildResult:
     timed_out: bool = False
     units: list[dict[str, object]] = field(default_factory=list)
     pch: str = "off"
+    link_seconds: float = 0.0  # 0 when the module came from the cache
 
 
 class ObjectCache:
@@ -323,7 +324,9 @@ def build_workdir(
     mkey = _sha(flags.key, *sorted(u.key for u in units), *extra)
     mod = cache.module_path(mkey)
     all_cached = all(u.cached for u in units) and mod.exists()
+    link_s = 0.0
     if not mod.exists():
+        tl = time.monotonic()
         tmp = out / f".link.{uuid.uuid4().hex[:6]}.so"
         objs = [str(u.obj) for u in units]
         cmd = [flags.cxx, *objs, *flags.ldflags, *extra, "-o", str(tmp)]
@@ -341,6 +344,7 @@ def build_workdir(
                 False, None, log, time.monotonic() - t0, False, res.timed_out, unit_facts, pch_state
             )
         cache.put(tmp, mod)
+        link_s = time.monotonic() - tl
     so = out / "cuda_extension.so"
     with contextlib.suppress(FileNotFoundError):
         so.unlink()
@@ -355,4 +359,5 @@ def build_workdir(
         False,
         unit_facts,
         pch_state,
+        link_s,
     )
