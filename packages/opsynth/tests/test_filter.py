@@ -257,3 +257,15 @@ def test_out_of_memory_retried_with_a_smaller_batch():
     steps = v.task.meta["filter"]["rescaled"]
     assert steps[0] == {"batch_size": [262144, 32768], "after": "out_of_memory"}
     assert "batch_size = 32768" in v.task.ref_code or "batch_size = 4096" in v.task.ref_code
+
+
+def test_upscale_limited_by_measured_peak_memory():
+    """An upscale is cut so the larger batch should use at most half the memory cap (the H200
+    run lost two probes per task on 16x upscales that then ran out of memory)."""
+    from cuda_agent.opsynth.filter import upscale_memory_cap
+
+    assert upscale_memory_cap(16.0, 2.0, 8.0) == 2.0  # 2 GiB now, 8 GiB cap: at most 2x
+    assert upscale_memory_cap(16.0, 0.1, 8.0) == 16.0  # fits easily: unchanged
+    assert upscale_memory_cap(16.0, 6.0, 8.0) == 1.0  # already over half the cap: no upscale
+    assert upscale_memory_cap(0.25, 6.0, 8.0) == 0.25  # shrinking is never limited
+    assert upscale_memory_cap(16.0, None, 8.0) == 16.0  # no measurement (cpu backend)

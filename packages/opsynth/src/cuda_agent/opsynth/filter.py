@@ -72,6 +72,15 @@ class Verdict:
 OOM_SHRINK = 1 / 8  # batch factor tried after an out-of-memory failure
 
 
+def upscale_memory_cap(factor: float, peak_gib: float | None, mem_gb: float | None) -> float:
+    """``factor`` limited so a batch that many times larger should use at most half the memory
+    cap (peak memory grows about linearly with the batch): an upscale that would run out of
+    memory costs two extra probes (the failure, then the shrink) for nothing."""
+    if factor <= 1 or not peak_gib or not mem_gb:
+        return factor
+    return min(factor, max(1.0, 0.5 * mem_gb / peak_gib))
+
+
 def rescale_source(source: str, factor: float) -> tuple[str, int, int] | None:
     """``source`` with its ``batch_size = N`` scaled by ``factor``: (new source, old, new).
 
@@ -151,6 +160,17 @@ class TaskFilter:
             # at most 64x up or down in total: time is rarely linear in batch at small sizes
             done = math.prod(r["batch_size"][1] / r["batch_size"][0] for r in rescales)
             factor = min(64.0 / done, max(1 / (64 * done), target / max(ms, 1e-6)))
+            capped = upscale_memory_cap(factor, res.get("peak_mem_gib"), self.cfg.mem_gb)
+            if capped < factor and capped < 1.05:
+                return self._drop(
+                    task,
+                    reason,
+                    detail + "; a larger batch would not fit the memory cap",
+                    res,
+                    rescales,
+                )
+            memory_capped = capped < factor
+            factor = capped
             rs = rescale_source(source, factor)
             if rs is None:
                 why = (
@@ -158,7 +178,10 @@ class TaskFilter:
                 )
                 return self._drop(task, reason, detail + why, res, rescales)
             source, old, new = rs
-            rescales.append({"batch_size": [old, new], "eager_ms_before": round(ms, 4)})
+            step = {"batch_size": [old, new], "eager_ms_before": round(ms, 4)}
+            if memory_capped:
+                step["memory_capped"] = True
+            rescales.append(step)
             res = self._probe(source)
         info = {
             "backend": self.cfg.backend,

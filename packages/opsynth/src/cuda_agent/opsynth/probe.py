@@ -265,8 +265,12 @@ def _run(source: str, cfg: ProbeConfig) -> dict[str, Any]:
         passed.append("compile")
     elif cfg.compile:
         passed.append("compile_deferred")
+    peak = None
+    if cfg.device.startswith("cuda"):  # what a larger batch would need scales from this
+        peak = round(torch.cuda.max_memory_allocated() / 2**30, 4)
     return {
         "ok": True,
+        "peak_mem_gib": peak,
         "shrunk": shrunk,
         "reason": None,
         "detail": "",
