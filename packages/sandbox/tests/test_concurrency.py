@@ -68,6 +68,13 @@ def test_two_workers_time_alone_and_keep_verdicts(cache_dir, scale_add_task):
     w0, w1 = ok.meta["timed_wall"]
     assert timed["t0"] <= w0 <= w1 <= timed["t1"]
     assert "time_wait" in ok.meta["stages_s"] and ok.timing is not None
+    # where the reference and verification processes spent their time, and the parent's compare
+    assert "compare" in ok.meta["stages_s"]
+    for stage in ("reference", "verify"):
+        ph = ok.meta["phases_s"][stage]
+        assert {"import_torch", "init_device", "inputs", "forward", "save", "startup"} <= set(ph)
+        assert all(v >= 0 for k, v in ph.items() if k != "other"), ph
+        assert abs(sum(ph.values()) - ok.meta["stages_s"][stage]) < 0.01, ph
     assert ok.timing.candidate.median_ms > 0
     # nothing of any other candidate overlapped anything held exclusive
     for i, r in enumerate(results):

@@ -218,6 +218,7 @@ def _run_op(
     spec_path.write_text(json.dumps(spec))
     os.chmod(spec_path, 0o644)
     cmd = [sys.executable, "-m", "cuda_agent.sandbox.runner", str(spec_path)]
+    t_spawn = time.time()
     out = run_confined(
         cmd,
         cwd=cwd,
@@ -231,7 +232,23 @@ def _run_op(
     report: dict[str, Any] = {}
     with contextlib.suppress(OSError, json.JSONDecodeError):
         report = json.loads(Path(spec["report"]).read_text())
+    if isinstance(report.get("t_import"), (int, float)):
+        # confinement set-up plus interpreter start, up to the runner's own import
+        report["startup_s"] = round(float(report["t_import"]) - t_spawn, 4)
     return out, report
+
+
+def _record_phases(p: Prepared, stage: str, rep: dict[str, Any]) -> None:
+    """Keep where one op's wall time went in ``meta["phases_s"][stage]``: the phases the process
+    reported, its start-up, and the rest (exit, the parent's waits). Informational only."""
+    phases = rep.get("phases_s")
+    if not isinstance(phases, dict) or stage not in p.stages:
+        return
+    d = {str(k): round(float(v), 3) for k, v in phases.items() if isinstance(v, (int, float))}
+    if isinstance(rep.get("startup_s"), (int, float)):
+        d["startup"] = round(float(rep["startup_s"]), 3)
+    d["other"] = round(p.stages[stage] - sum(d.values()), 3)
+    p.meta.setdefault("phases_s", {})[stage] = d
 
 
 def _error_text(out: Outcome, report: dict[str, Any]) -> str:
@@ -732,6 +749,7 @@ def _reference_phase(
             writable=[private, shared],
         )
     p.stages["reference"] = time.monotonic() - t
+    _record_phases(p, "reference", rep)
     p.meta["isolation"] = out.isolation
     if not rep.get("ok"):
         return _result(p, Status.INFRA_ERROR, "reference failed: " + _error_text(out, rep))
@@ -819,7 +837,9 @@ def _run_on_device(
             hidden=hidden,
         )
     p.stages["verify"] = time.monotonic() - t
+    _record_phases(p, "verify", rep)
     p.meta["isolation"] = out.isolation
+    t_compare = time.monotonic()
     tol = Tolerance(cfg.atol, cfg.rtol, cfg.norm_tol)
     details: list[TrialDetail] = []
     cand_outs: list[Any] = []
@@ -862,6 +882,8 @@ def _run_on_device(
         p.guards.extend(
             output_checks([refs[i] for i in range(n_trials)], cand_outs, policy=cfg.guard_policy)
         )
+    # the trusted parent loading and comparing the outputs (device worker time, not the GPU's)
+    p.stages["compare"] = time.monotonic() - t_compare
     passed = (
         len(details) == n_trials
         and all(d.passed for d in details)

@@ -25,15 +25,30 @@ for the verdict: outputs are compared in the parent, and a missing output is a f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 VARIANTS = ("base", "shift", "base", "scale", "base")
+T_IMPORT = time.time()  # wall clock when this module was imported: the parent knows the spawn
+
+
+@contextlib.contextmanager
+def _phase(report: dict[str, Any], name: str) -> Iterator[None]:
+    """Add the wall seconds of the block to ``report["phases_s"][name]`` (informational: where
+    an op's time goes; a candidate process could write anything there, so no verdict uses it)."""
+    t = time.perf_counter()
+    try:
+        yield
+    finally:
+        d = report.setdefault("phases_s", {})
+        d[name] = round(d.get(name, 0.0) + time.perf_counter() - t, 4)
 
 
 def variant_schedule(n: int) -> list[str]:
@@ -179,26 +194,33 @@ def _build_model_new(spec: dict[str, Any], cls, device: str):
 
 
 def op_reference(spec: dict[str, Any], report: dict[str, Any]) -> None:
-    import torch
+    with _phase(report, "import_torch"):
+        import torch
 
     device = spec["device"]
-    _init_device(spec)
-    ref = _load_reference(spec)
-    report["device_name"] = _device_name(device)
-    init_inputs = ref.init_inputs()
-    torch.save(init_inputs, spec["init_path"])
-    model = ref.make_model(device=device, seed=int(spec["init_seed"]), init_inputs=init_inputs)
-    torch.save({k: v.detach().to("cpu") for k, v in model.state_dict().items()}, spec["sd_path"])
+    with _phase(report, "init_device"):
+        _init_device(spec)
+    with _phase(report, "load"):
+        ref = _load_reference(spec)
+        report["device_name"] = _device_name(device)
+    with _phase(report, "init"):
+        init_inputs = ref.init_inputs()
+        torch.save(init_inputs, spec["init_path"])
+        model = ref.make_model(device=device, seed=int(spec["init_seed"]), init_inputs=init_inputs)
+        sd = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+        torch.save(sd, spec["sd_path"])
     out_dir = Path(spec["ref_out_dir"])
     times = []
     for i, trial in enumerate(spec["trials"]):
-        inputs = _trial_inputs(ref, trial, device)
+        with _phase(report, "inputs"):
+            inputs = _trial_inputs(ref, trial, device)
         t0 = time.perf_counter()
-        with torch.no_grad():
+        with _phase(report, "forward"), torch.no_grad():
             out = model(*inputs)
-        _sync(device)
+            _sync(device)
         times.append(time.perf_counter() - t0)
-        torch.save(_to_cpu(out), out_dir / f"ref_{i}.pt")
+        with _phase(report, "save"):
+            torch.save(_to_cpu(out), out_dir / f"ref_{i}.pt")
         del out, inputs
     report["forward_s"] = times
 
@@ -217,54 +239,65 @@ def op_compile(spec: dict[str, Any], report: dict[str, Any]) -> None:
 
 
 def op_candidate(spec: dict[str, Any], report: dict[str, Any]) -> None:
-    import torch
+    with _phase(report, "import_torch"):
+        import torch
 
     device = spec["device"]
-    ref = _load_reference(spec)
+    with _phase(report, "load_reference"):
+        ref = _load_reference(spec)
     # create the context first, so the guard's snapshot sees the device's real settings
-    _init_device(spec)
+    with _phase(report, "init_device"):
+        _init_device(spec)
     guard = None
     if spec.get("guard_policy", "strict") != "off":
-        from cuda_agent.guards.api import RuntimeGuard
+        with _phase(report, "guard_setup"):
+            from cuda_agent.guards.api import RuntimeGuard
 
-        # constructed before the candidate's module is imported (it snapshots the harness)
-        guard = RuntimeGuard(
-            spec.get("guard_policy", "strict"),
-            backend=spec["backend"],
-            own_kernels=spec.get("own_kernels", []),
-            own_modules=["cuda_extension"],
-            protect=[sys.modules[__name__]],
-        )
+            # constructed before the candidate's module is imported (it snapshots the harness)
+            guard = RuntimeGuard(
+                spec.get("guard_policy", "strict"),
+                backend=spec["backend"],
+                own_kernels=spec.get("own_kernels", []),
+                own_modules=["cuda_extension"],
+                protect=[sys.modules[__name__]],
+            )
     report["stage"] = "load"
-    cls = _load_model_new(spec)
+    with _phase(report, "load"):
+        cls = _load_model_new(spec)
     report["stage"] = "init"
-    model, report["state_dict"] = _build_model_new(spec, cls, device)
+    with _phase(report, "init"):
+        model, report["state_dict"] = _build_model_new(spec, cls, device)
     if guard is not None:
-        guard.install()
+        with _phase(report, "guard_setup"):
+            guard.install()
     out_dir = Path(spec["io_dir"])
     last = None
     for i, trial in enumerate(spec["trials"]):
         report["stage"] = f"trial {i}"
-        inputs = _trial_inputs(ref, trial, device)
-        with torch.no_grad():
+        with _phase(report, "inputs"):
+            inputs = _trial_inputs(ref, trial, device)
+        with _phase(report, "forward"), torch.no_grad():
             if guard is not None:
                 with guard.watch(inputs):
                     out = model(*inputs)
             else:
                 out = model(*inputs)
-        _sync(device)
+            _sync(device)
         if guard is not None:
-            guard.after_call(inputs, out)
-        torch.save(_to_cpu(out), out_dir / f"out_{i}.pt")
+            with _phase(report, "guard_checks"):
+                guard.after_call(inputs, out)
+        with _phase(report, "save"):
+            torch.save(_to_cpu(out), out_dir / f"out_{i}.pt")
         report["trials_done"] = i + 1
         last = (inputs, out)
         del out, inputs
     if guard is not None and last is not None and spec.get("guard_probe", True):
         report["stage"] = "guard probe"
-        with torch.no_grad():
+        with _phase(report, "guard_probe"), torch.no_grad():
             guard.probe(model, last[0], last[1])
-        _sync(device)
-    report["guards"] = [_gv(g) for g in guard.finish()] if guard is not None else []
+            _sync(device)
+    with _phase(report, "guard_checks"):
+        report["guards"] = [_gv(g) for g in guard.finish()] if guard is not None else []
     report["stage"] = "done"
 
 
@@ -318,7 +351,7 @@ OPS = {"reference": op_reference, "compile": op_compile, "candidate": op_candida
 
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
-    report: dict[str, Any] = {"op": spec["op"], "ok": False}
+    report: dict[str, Any] = {"op": spec["op"], "ok": False, "t_import": T_IMPORT}
     code = 0
     try:
         OPS[spec["op"]](spec, report)
