@@ -307,6 +307,18 @@ def section_c() -> None:
     save()
 
 
+def _phase_medians(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """Median seconds of each reported phase of each process stage (reference, verify)."""
+    import statistics
+
+    acc: dict[str, dict[str, list[float]]] = {}
+    for r in rows:
+        for stage, ph in ((r.get("meta") or {}).get("phases_s") or {}).items():
+            for k, v in ph.items():
+                acc.setdefault(stage, {}).setdefault(k, []).append(float(v))
+    return {st: {k: round(statistics.median(v), 3) for k, v in d.items()} for st, d in acc.items()}
+
+
 def section_d() -> None:
     log("D: throughput batch")
     cands = []
@@ -374,6 +386,7 @@ def section_d() -> None:
             s: sum(1 for r in rows if r["status"] == s) for s in {r["status"] for r in rows}
         },
         "stage_seconds_sum": {k: round(v, 1) for k, v in stages.items()},
+        "phases_s_median": _phase_medians(rows),
     }
     save()
 
