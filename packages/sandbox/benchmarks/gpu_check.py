@@ -2,7 +2,8 @@
 
 Sections (each guarded by the remaining time budget):
   A  a workdir and a kernelbench candidate of the same fused task: both pass, timed, speed-ups
-  B  compile time: ours cold (no PCH / PCH ready) and warm (.cu changed) vs
+  B  compile time: ours cold (no PCH / PCH ready / PCH and binding.cpp ready: the issue's cold
+     case) and warm (.cu changed), with per-unit and link seconds, vs
      torch.utils.cpp_extension.load of the same sources; load_inline plain vs our cached path
   C  fault suite on cuda in one eval stream: illegal address, never-ending kernel, GPU OOM, valid
   D  throughput on a batch of mixed candidates, time split by stage
@@ -171,12 +172,19 @@ def section_b() -> None:
     log("B: compile times")
     from cuda_agent.sandbox.build import ObjectCache, build_workdir, ensure_pch
     from cuda_agent.sandbox.isolation import Limits
-    from cuda_agent.sandbox.toolchain import device_capability, flags_for, torch_arch_list
+    from cuda_agent.sandbox.toolchain import (
+        cuda_home,
+        device_capability,
+        flags_for,
+        torch_arch_list,
+    )
     from cuda_agent.sandbox.workspace import materialise
 
     b: dict = {}
     arch = torch_arch_list(device_capability() or (9, 0))
     env = dict(os.environ, TORCH_CUDA_ARCH_LIST=arch, MAX_JOBS=str(os.cpu_count() or 8))
+    if "CUDA_HOME" not in env and cuda_home():  # the toolkit ours uses (torch may guess another)
+        env["CUDA_HOME"] = str(cuda_home())
     root = Path(tempfile.mkdtemp(prefix="cbench-"))
     cu2 = WD_FILES["kernels/fused.cu"] + "\n// warm change\n"
     # ours, fresh object cache, without and with the (already built) PCH
@@ -234,6 +242,18 @@ def section_b() -> None:
     log(
         f"  torch load cold {b['torch_load_cold']['seconds']}s warm {b['torch_load_warm_cu_changed']['seconds']}s"
     )
+    ratios = {}
+    for ours, theirs in (
+        ("ours_cold_infra_ready", "torch_load_cold"),
+        ("ours_cold_pch_ready", "torch_load_cold"),
+        ("ours_warm_cu_changed", "torch_load_warm_cu_changed"),
+        ("ours_warm_cu_changed", "torch_load_cold"),
+    ):
+        a, t = b.get(ours) or {}, b.get(theirs) or {}
+        if a.get("ok") and t.get("rc") == 0 and a.get("seconds"):
+            ratios[f"{theirs}/{ours}"] = round(t["seconds"] / a["seconds"], 2)
+    b["speedups"] = ratios
+    log(f"  speed-ups: {ratios}")
     save()
     if left() < 150 or os.environ.get("B_NO_INLINE"):
         REPORT["B"] = b

@@ -70,3 +70,50 @@ def test_cu_file_on_cpu_backend_is_an_error(cache_dir, tmp_path, scale_add_task,
         **{"kernels/k.cu": "__global__ void k(){}"},
     )
     assert not res.ok and "cuda backend" in res.log
+
+
+def test_pch_rejection_is_reported_from_real_compiler_output(tmp_path):
+    """A PCH built with other flags than the unit's is dropped by GCC with only a warning: the
+    build must notice (``pch_rejection``), and stay quiet when the PCH was used."""
+    import shutil
+    import subprocess
+
+    from cuda_agent.sandbox.build import pch_rejection
+    from cuda_agent.sandbox.toolchain import cxx
+
+    if not shutil.which(cxx()):
+        import pytest
+
+        pytest.skip("no host compiler")
+    (tmp_path / "pre.h").write_text("#include <vector>\ninline int pre_fn() { return 3; }\n")
+    (tmp_path / "u.cpp").write_text("int use() { return pre_fn(); }\n")
+    gch = [cxx(), "-O1", "-x", "c++-header", "pre.h", "-o", "pre.h.gch"]
+    subprocess.run(gch, cwd=tmp_path, check=True)
+
+    def unit(opt: str) -> str:
+        cmd = [cxx(), opt, "-Winvalid-pch", "-include", "pre.h", "-H", "-c", "u.cpp", "-o", "u.o"]
+        p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, check=True)
+        return p.stderr
+
+    used = unit("-O1")
+    assert "! " in used and "pre.h.gch" in used  # -H marks a used PCH with '!'
+    assert pch_rejection(used) is None
+    rejected = unit("-O0")
+    why = pch_rejection(rejected)
+    assert why is not None and "__OPTIMIZE__" in why
+
+
+def test_fast_linker_is_probed_and_used_for_modules():
+    """A linker that cannot link is never chosen; a working faster one ends up in the flags."""
+    import shutil
+
+    from cuda_agent.sandbox.toolchain import cxx, fast_linker, flags_for
+
+    assert fast_linker(cxx(), ("no-such-linker",)) is None
+    found = fast_linker(cxx())
+    if found is None:
+        assert not any(shutil.which(f"ld.{n}") for n in ("mold", "lld", "gold"))
+        assert not any(a.startswith("-fuse-ld=") for a in flags_for("cpu").ldflags)
+    else:
+        assert shutil.which(f"ld.{found}")
+        assert f"-fuse-ld={found}" in flags_for("cpu").ldflags

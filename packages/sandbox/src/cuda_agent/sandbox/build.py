@@ -56,7 +56,7 @@ class BuildResult:
     cached: bool
     timed_out: bool = False
     units: list[dict[str, object]] = field(default_factory=list)
-    pch: str = "off"
+    pch: str = "off"  # off | on | rejected (the compiler did not use it) | failed | unused (...)
     link_seconds: float = 0.0  # 0 when the module came from the cache
 
 
@@ -169,6 +169,17 @@ def ensure_pch(cache: ObjectCache, flags: Flags, limits: Limits) -> tuple[Path |
         with contextlib.suppress(OSError):
             tmp.unlink()
         return None, "pch: build failed, compiling without it: " + out.stderr[-500:]
+
+
+def pch_rejection(log: str) -> str | None:
+    """GCC's reason for not using a precompiled header (its ``-Winvalid-pch`` warning), or None.
+
+    A rejected PCH is silently replaced by parsing the prelude again (about twice the time), so a
+    build says so in ``BuildResult.pch`` instead of reporting the PCH as used."""
+    for line in log.splitlines():
+        if "[-Winvalid-pch]" in line or ".gch: not used because" in line:
+            return line.split("warning:", 1)[-1].strip()[:300]
+    return None
 
 
 def _compiler_env(tmp: Path) -> dict[str, str]:
@@ -285,6 +296,11 @@ def build_workdir(
     if todo:
         with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(todo)))) as ex:
             list(ex.map(compile_one, todo))
+    if pch_dir is not None:
+        why = next((w for u in units if u.kind == "binding" and (w := pch_rejection(u.log))), None)
+        if why:
+            pch_state = "rejected"
+            notes.append(f"pch: rejected by the compiler, bindings parsed the prelude: {why}")
     logs = [
         f"== {u.rel} ({u.kind}){' [cached]' if u.cached else f' {u.seconds:.1f}s'}\n{u.log}".rstrip()
         for u in units

@@ -50,6 +50,39 @@ def cxx() -> str:
     return os.environ.get("CXX") or shutil.which("g++") or "c++"
 
 
+FAST_LINKERS = ("mold", "lld", "gold")  # preferred order; each must pass a probe link
+
+
+@functools.lru_cache(maxsize=4)
+def fast_linker(compiler: str, candidates: tuple[str, ...] = FAST_LINKERS) -> str | None:
+    """The first of ``candidates`` with which ``compiler -fuse-ld=NAME`` links a shared object,
+    else ``None`` (the compiler's default linker). Linking a module against libtorch takes about
+    0.6 s with GNU ld and 0.3 s with gold: a large part of a warm build (only the .cu changed).
+    ``$CUDA_AGENT_LINKER`` forces one (``default``: the compiler's own)."""
+    forced = os.environ.get("CUDA_AGENT_LINKER")
+    if forced:
+        return None if forced == "default" else forced
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ld-probe-") as d:
+        src = Path(d) / "p.cpp"
+        src.write_text("int probe_fn(int x) { return x + 1; }\n")
+        for name in candidates:
+            if not shutil.which(f"ld.{name}"):
+                continue
+            try:
+                p = subprocess.run(
+                    [compiler, "-shared", "-fPIC", f"-fuse-ld={name}", str(src), "-o", f"{d}/p.so"],
+                    capture_output=True,
+                    timeout=60,
+                )
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+            if p.returncode == 0 and (Path(d) / "p.so").exists():
+                return name
+    return None
+
+
 @functools.lru_cache(maxsize=1)
 def cuda_home() -> str | None:
     """The CUDA toolkit root: $CUDA_HOME/$CUDA_PATH, nvcc's parent, /usr/local/cuda — the first
@@ -172,7 +205,11 @@ def flags_for(backend: str) -> Flags:
     if backend == "cuda":
         defines.append("-DSANDBOX_CUDA=1")
     common = ["-fPIC", "-std=c++20", "-fvisibility=hidden"]
-    binding = ["-O1", *common, *defines] + [f"-I{d}" for d in (*inc, *cuda_inc)]
+    # binding glue (pybind11 registration, argument checks, launcher calls): -Og compiles about
+    # 10% faster than -O1 with the same per-call overhead (-O0 made each call 4x slower); its
+    # time is almost all the prelude's template instantiation and code, not the candidate's code.
+    # The precompiled prelude is built with exactly these flags (GCC rejects it otherwise).
+    binding = ["-Og", *common, *defines] + [f"-I{d}" for d in (*inc, *cuda_inc)]
     kernel = ["-O3", "-fPIC", "-std=c++20", *defines] + [f"-I{d}" for d in (*inc, *cuda_inc)]
     cuda: list[str] = []
     nv = nvcc() if backend == "cuda" else None
@@ -190,7 +227,9 @@ def flags_for(backend: str) -> Flags:
             *[f"-I{d}" for d in ti["include"]],  # type: ignore[union-attr]
         ]
     libdirs = list(ti["lib"])  # type: ignore[call-overload]
-    ld = ["-shared"] + [f"-L{d}" for d in libdirs] + [f"-Wl,-rpath,{d}" for d in libdirs]
+    linker = fast_linker(cxx())
+    ld = ["-shared", *([f"-fuse-ld={linker}"] if linker else [])]
+    ld += [f"-L{d}" for d in libdirs] + [f"-Wl,-rpath,{d}" for d in libdirs]
     ld += ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
     if backend == "cuda":
         cl = cuda_lib_dirs()
