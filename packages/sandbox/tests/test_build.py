@@ -117,3 +117,18 @@ def test_fast_linker_is_probed_and_used_for_modules():
     else:
         assert shutil.which(f"ld.{found}")
         assert f"-fuse-ld={found}" in flags_for("cpu").ldflags
+
+
+def test_heavy_includes_are_named_for_the_note():
+    """Bindings that include an umbrella header the prelude does not cover get a note."""
+    from cuda_agent.sandbox.build import heavy_includes
+
+    from .conftest import FIX
+
+    src = (
+        '#include <torch/extension.h>\n  #  include "torch/torch.h"\n#include <torch/extension.h>\n'
+    )
+    assert heavy_includes(src) == ["torch/extension.h", "torch/torch.h"]
+    for fx in ("gpu_fused/kernels/fused_binding.cpp", "scale_add/kernels/ops_binding.cpp"):
+        assert heavy_includes((FIX / fx).read_text()) == []
+    assert heavy_includes("// #include <torch/extension.h> is slow\n") == []
