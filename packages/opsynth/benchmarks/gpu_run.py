@@ -12,7 +12,8 @@ starts (unused time passes on), OPS6K [.gpu-data/ops6k_300.jsonl] Task JSONL of 
 sample (skipped with a message when absent), COMPILE [1], COMPILE_BACKEND [inductor],
 TIME_BUDGET [0.3] seconds of eager timing per probe, TASK_TIMEOUT [60] seconds per probe,
 MEM_GB [9] per-task memory cap (GPU memory on cuda), TIMING_LOCK [1] serialise eager timing
-across workers (one GPU: concurrent timing would inflate every time).
+across workers (one GPU: concurrent timing would inflate every time), PARTS [ours,ops6k] the
+sets to run (``ops6k`` alone: only the Ops-6K sample, with the whole budget).
 
 After a run whose summary step did not finish: ``gpu_run.py OUTDIR --resummarize ours WALL_S``
 rebuilds ``ours.json`` from the kept/rejected files (WALL_S: the filter pool's wall time).
@@ -68,6 +69,7 @@ TIME_BUDGET = float(ENV.get("TIME_BUDGET", "0.3"))
 TASK_TIMEOUT = float(ENV.get("TASK_TIMEOUT", "60"))
 MEM_GB = float(ENV.get("MEM_GB", "9"))
 TIMING_LOCK = ENV.get("TIMING_LOCK", "1") == "1"
+PARTS = set(ENV.get("PARTS", "ours,ops6k").split(","))  # which sets to run
 RESERVE_S = 12.0  # kept at the end for stopping workers and writing the summaries
 
 # filter reasons -> the check that raised them, in the order the probe runs the checks
@@ -441,6 +443,7 @@ def env_info() -> dict[str, Any]:
             "MEM_GB",
             "TIMING_LOCK",
             "GPUS",
+            "PARTS",
         )
         if ENV.get(k)
     }
@@ -487,17 +490,20 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     info = env_info()
     (out / "env.json").write_text(json.dumps(info, indent=2))
-    composed, cinfo = compose(out, max(10.0, 0.15 * left()))
-    have_ops6k = OPS6K.exists()
-    filter_time = left() - RESERVE_S
-    share = OURS_SHARE if have_ops6k else 1.0
-    ours = filter_set("ours", composed, out, max(5.0, share * filter_time), [])
-    ours["compose"] = cinfo
-    ours["env"] = info
-    (out / "ours.json").write_text(json.dumps(ours, indent=2))
+    have_ops6k = OPS6K.exists() and "ops6k" in PARTS
+    if "ours" in PARTS:
+        composed, cinfo = compose(out, max(10.0, 0.15 * left()))
+        filter_time = left() - RESERVE_S
+        share = OURS_SHARE if have_ops6k else 1.0
+        ours = filter_set("ours", composed, out, max(5.0, share * filter_time), [])
+        ours["compose"] = cinfo
+        ours["env"] = info
+        (out / "ours.json").write_text(json.dumps(ours, indent=2))
     if not have_ops6k:
         msg = (
-            f"Ops-6K part skipped: {OPS6K} is absent (make it with "
+            "Ops-6K part not asked for (PARTS)"
+            if "ops6k" not in PARTS
+            else f"Ops-6K part skipped: {OPS6K} is absent (make it with "
             "packages/opsynth/benchmarks/export_ops6k_sample.sh and carry .gpu-data)"
         )
         log(msg)
