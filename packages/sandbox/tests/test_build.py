@@ -132,3 +132,18 @@ def test_heavy_includes_are_named_for_the_note():
     for fx in ("gpu_fused/kernels/fused_binding.cpp", "scale_add/kernels/ops_binding.cpp"):
         assert heavy_includes((FIX / fx).read_text()) == []
     assert heavy_includes("// #include <torch/extension.h> is slow\n") == []
+
+
+def test_binding_cpp_is_linked_first_at_O1(tmp_path, scale_add_task, scale_add_files):
+    """The shared pybind11 code the linker keeps comes from the first object: binding.cpp, built
+    at -O1 (call overhead), while candidate bindings compile faster at -Og."""
+    from cuda_agent.sandbox.build import collect_units
+    from cuda_agent.sandbox.toolchain import flags_for
+
+    c = workdir_candidate(scale_add_task, scale_add_files)
+    work = materialise(c.task, c.solution, tmp_path / "order", "cpu")
+    units, problems = collect_units(work, "cpu")
+    assert not problems and units[0].kind == "main" and units[0].rel == "binding.cpp"
+    f = flags_for("cpu")
+    assert f.main_cflags[0] == "-O1" and f.binding_cflags[0] == "-Og"
+    assert f.main_cflags[1:] == f.binding_cflags[1:]

@@ -223,7 +223,7 @@ def _unit_cmd(u: Unit, flags: Flags, out: Path, src_dir: Path, pch_dir: Path | N
             str(out),
         ]
     if u.kind == "main":  # the module definition needs pybind11 only
-        return [flags.cxx, *flags.binding_cflags, *inc, "-c", str(u.src), "-o", str(out)]
+        return [flags.cxx, *flags.main_cflags, *inc, "-c", str(u.src), "-o", str(out)]
     return [flags.cxx, *flags.kernel_cflags, *inc, "-c", str(u.src), "-o", str(out)]
 
 
@@ -363,6 +363,8 @@ def build_workdir(
     if not mod.exists():
         tl = time.monotonic()
         tmp = out / f".link.{uuid.uuid4().hex[:6]}.so"
+        # binding.cpp first: of the inline pybind11 code every object carries, the linker keeps
+        # the first copy, i.e. its -O1 one (see toolchain.flags_for)
         objs = [str(u.obj) for u in units]
         cmd = [flags.cxx, *objs, *flags.ldflags, *extra, "-o", str(tmp)]
         left = max(1.0, deadline - time.monotonic())

@@ -185,6 +185,7 @@ class Flags:
     nvcc: str | None
     binding_cflags: tuple[str, ...]
     kernel_cflags: tuple[str, ...]
+    main_cflags: tuple[str, ...]
     cuda_cflags: tuple[str, ...]
     ldflags: tuple[str, ...]
     include_dirs: tuple[str, ...]
@@ -210,6 +211,10 @@ def flags_for(backend: str) -> Flags:
     # time is almost all the prelude's template instantiation and code, not the candidate's code.
     # The precompiled prelude is built with exactly these flags (GCC rejects it otherwise).
     binding = ["-Og", *common, *defines] + [f"-I{d}" for d in (*inc, *cuda_inc)]
+    # the infrastructure binding.cpp is compiled once per machine, and it is linked first, so the
+    # pybind11 code every binding shares (the generic dispatcher, argument loading) comes from
+    # its -O1 copy: only each binding's own call wrapper is -Og code
+    main = ["-O1", *binding[1:]]
     kernel = ["-O3", "-fPIC", "-std=c++20", *defines] + [f"-I{d}" for d in (*inc, *cuda_inc)]
     cuda: list[str] = []
     nv = nvcc() if backend == "cuda" else None
@@ -242,6 +247,7 @@ def flags_for(backend: str) -> Flags:
         tool_version(nv) if nv else "",
         str(ti["version"]),
         *binding,
+        *main,
         *kernel,
         *cuda,
         *ld,
@@ -253,6 +259,7 @@ def flags_for(backend: str) -> Flags:
         nvcc=nv,
         binding_cflags=tuple(binding),
         kernel_cflags=tuple(kernel),
+        main_cflags=tuple(main),
         cuda_cflags=tuple(cuda),
         ldflags=tuple(ld),
         include_dirs=tuple(inc + cuda_inc),
