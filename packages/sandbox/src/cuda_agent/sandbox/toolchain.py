@@ -65,7 +65,7 @@ def fast_linker(compiler: str, candidates: tuple[str, ...] = FAST_LINKERS) -> st
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="ld-probe-") as d:
-        src = Path(d) / "p.cpp"
+        src = Path(d) / "p.c"  # C: the probe is about the linker, cc1 starts faster
         src.write_text("int probe_fn(int x) { return x + 1; }\n")
         for name in candidates:
             if not shutil.which(f"ld.{name}"):
