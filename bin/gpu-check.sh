@@ -37,7 +37,8 @@ sec_ppo-ds() {  # PPO on DeepSpeed ZeRO-2 and ZeRO-3, one rank: steps, resume re
   python3 -m pytest -o addopts=--import-mode=importlib -q -p no:cacheprovider -rA packages/ppo/tests/test_deepspeed.py
 }
 sec_sandbox-ab() {  # one fused task, workdir + kernelbench candidates (strict guards); compile times
-  SECTIONS=A,B python3 packages/sandbox/benchmarks/gpu_check.py "$1" "$(( $2 - 10 ))"
+  # with the faster linker on cuda too: section A passing is what makes it the default there
+  CUDA_AGENT_LINKER=${CUDA_AGENT_LINKER:-fast} SECTIONS=A,B python3 packages/sandbox/benchmarks/gpu_check.py "$1" "$(( $2 - 10 ))"
 }
 sec_sandbox-d1() {  # throughput batch on one GPU
   SECTIONS=D D_N=${D_N:-20} D_TAG=D1 D_GPUS=0 python3 packages/sandbox/benchmarks/gpu_check.py "$1" "$(( $2 - 10 ))"

@@ -58,9 +58,9 @@ def fast_linker(compiler: str, candidates: tuple[str, ...] = FAST_LINKERS) -> st
     """The first of ``candidates`` with which ``compiler -fuse-ld=NAME`` links a shared object,
     else ``None`` (the compiler's default linker). Linking a module against libtorch takes about
     0.6 s with GNU ld and 0.3 s with gold: a large part of a warm build (only the .cu changed).
-    ``$CUDA_AGENT_LINKER`` forces one (``default``: the compiler's own)."""
+    ``$CUDA_AGENT_LINKER`` forces one (``default``: the compiler's own; ``fast``: probe)."""
     forced = os.environ.get("CUDA_AGENT_LINKER")
-    if forced:
+    if forced and forced != "fast":
         return None if forced == "default" else forced
     import tempfile
 
@@ -232,7 +232,10 @@ def flags_for(backend: str) -> Flags:
             *[f"-I{d}" for d in ti["include"]],  # type: ignore[union-attr]
         ]
     libdirs = list(ti["lib"])  # type: ignore[call-overload]
-    linker = fast_linker(cxx())
+    # cuda modules keep the compiler's own linker unless asked (CUDA_AGENT_LINKER=fast or a
+    # name): a gold-linked CUDA module has not yet been loaded on a GPU
+    ask = os.environ.get("CUDA_AGENT_LINKER")
+    linker = fast_linker(cxx()) if backend == "cpu" or ask else None
     ld = ["-shared", *([f"-fuse-ld={linker}"] if linker else [])]
     ld += [f"-L{d}" for d in libdirs] + [f"-Wl,-rpath,{d}" for d in libdirs]
     ld += ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
