@@ -147,3 +147,49 @@ def test_binding_cpp_is_linked_first_at_O1(tmp_path, scale_add_task, scale_add_f
     f = flags_for("cpu")
     assert f.main_cflags[0] == "-O1" and f.binding_cflags[0] == "-Og"
     assert f.main_cflags[1:] == f.binding_cflags[1:]
+
+
+LINEAR_BINDING = """#include <torch/extension.h>
+#include "../binding_registry.h"
+
+static torch::Tensor lin(torch::Tensor x) {
+  torch::nn::Linear layer(x.size(1), 2);  // the C++ frontend: only the real umbrella header has it
+  return layer->forward(x);
+}
+
+static void register_extra(pybind11::module_& m) { m.def("lin", &lin); }
+
+REGISTER_BINDING(extra, register_extra);
+"""
+
+
+def test_umbrella_include_compiles_with_the_stand_in_or_the_real_header(
+    cache_dir, tmp_path, scale_add_task, scale_add_files
+):
+    """A binding including <torch/extension.h> is compiled with the sandbox's stand-in (the
+    prelude's headers) when that is enough, and again with the real header when it is not: both
+    build, and the build says which."""
+    light = scale_add_files["kernels/ops_binding.cpp"].replace(
+        "#include <torch/types.h>\n#include <torch/csrc/utils/pybind.h>\n",
+        "#include <torch/extension.h>\n",
+    )
+    assert "<torch/extension.h>" in light
+    name = f"umbrella-{uuid.uuid4().hex[:8]}"  # new sources: nothing from the object cache
+    light += f"// {name}\n"
+    r = _build(
+        cache_dir,
+        tmp_path,
+        scale_add_task,
+        scale_add_files,
+        name,
+        **{
+            "kernels/ops_binding.cpp": light,
+            "kernels/extra_binding.cpp": LINEAR_BINDING + f"// {name}\n",
+        },
+    )
+    assert r.ok, r.log
+    headers = {u["file"]: u.get("headers") for u in r.units}
+    assert headers["kernels/ops_binding.cpp"] == "stand-in", r.units
+    assert headers["kernels/extra_binding.cpp"] == "real (stand-in failed)", r.units
+    assert "compiled with the sandbox's stand-in" in r.log
+    assert "needs more than the precompiled prelude declares" in r.log
