@@ -72,4 +72,7 @@ def warm_build(cache_dir, scale_add_task, scale_add_files):
         timeout_s=900,
     )
     assert res.ok, res.log
+    fresh = [u for u in res.units if u["file"] == "kernels/ops_binding.cpp" and not u["cached"]]
+    # it includes <torch/extension.h>: compiled against the stand-in, not the umbrella header
+    assert all(u.get("headers") == "stand-in" for u in fresh), res.units
     return res
