@@ -70,14 +70,10 @@ def _timing_lock() -> Iterator[None]:
     if not path:
         yield
         return
-    import fcntl
+    from cuda_agent.records.filelock import exclusive_lock
 
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with exclusive_lock(path):
+        yield
 
 
 def time_eager(model: Any, inputs: list[Any], device: str, budget_s: float) -> float:

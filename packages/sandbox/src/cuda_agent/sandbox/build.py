@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import os
 import re
@@ -22,6 +21,8 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from cuda_agent.records.filelock import exclusive_lock
 
 from .isolation import Limits, cap_text, run_confined
 from .toolchain import Flags, flags_for
@@ -95,13 +96,8 @@ class ObjectCache:
 
     @contextlib.contextmanager
     def lock(self, name: str):
-        p = self.root / f".{name}.lock"
-        with open(p, "w") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        with exclusive_lock(self.root / f".{name}.lock"):
+            yield
 
 
 def _sha(*parts: bytes | str) -> str:
