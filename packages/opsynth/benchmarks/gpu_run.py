@@ -286,6 +286,28 @@ def summarize(
     }
 
 
+def worker_outputs(out: Path, name: str, workers: int) -> tuple[list[dict], list[dict]]:
+    """The kept and the rejected tasks the filter workers of set ``name`` wrote so far."""
+    kept = [t for i in range(workers) for t in read_jsonl(out / f"kept.{name}.{i}.jsonl")]
+    rej = [t for i in range(workers) for t in read_jsonl(out / f"rejected.{name}.{i}.jsonl")]
+    return kept, rej
+
+
+def window(extra: list[str]) -> list[float]:
+    """The filter's eager-time window in ms: the backend's default unless ``extra`` sets it."""
+    lo, hi = (1.0, 100.0) if BACKEND == "cuda" else (1.0, 1000.0)
+    if "--min-ms" in extra:
+        lo = float(extra[extra.index("--min-ms") + 1])
+    if "--max-ms" in extra:
+        hi = float(extra[extra.index("--max-ms") + 1])
+    return [lo, hi]
+
+
+def lengths(tasks: list[dict]) -> dict[int, int]:
+    """How many tasks have each number of ops."""
+    return dict(sorted(Counter(len(t.get("ops", [])) for t in tasks).items()))
+
+
 def filter_set(
     name: str, src: Path, out: Path, budget_s: float, extra: list[str]
 ) -> dict[str, Any]:
@@ -340,14 +362,8 @@ def filter_set(
     )
     pool = run_pool(cmds, budget_s, dict(ENV), envs)
     pool["gpus"] = len(used) if BACKEND == "cuda" else 1
-    kept = [t for i in range(w) for t in read_jsonl(out / f"kept.{name}.{i}.jsonl")]
-    rej = [t for i in range(w) for t in read_jsonl(out / f"rejected.{name}.{i}.jsonl")]
-    lo, hi = (1.0, 100.0) if BACKEND == "cuda" else (1.0, 1000.0)
-    if "--min-ms" in extra:
-        lo = float(extra[extra.index("--min-ms") + 1])
-    if "--max-ms" in extra:
-        hi = float(extra[extra.index("--max-ms") + 1])
-    s = summarize(name, kept, rej, len(tasks), pool, [lo, hi], w)
+    kept, rej = worker_outputs(out, name, w)
+    s = summarize(name, kept, rej, len(tasks), pool, window(extra), w)
     s["filter_args"] = args
     log(
         f"filter {name}: {s['tasks_done']}/{len(tasks)} done in {pool['wall_s']} s, {s['passed']} kept, "
@@ -391,7 +407,6 @@ def compose(out: Path, budget_s: float) -> tuple[Path, dict[str, Any]]:
     tasks = tasks[:N]
     path = out / "composed.jsonl"
     path.write_text("".join(json.dumps(t) + "\n" for t in tasks))
-    lengths = Counter(len(t.get("ops", [])) for t in tasks)
     info = {
         "requested": N,
         "composed": len(tasks),
@@ -400,7 +415,7 @@ def compose(out: Path, budget_s: float) -> tuple[Path, dict[str, Any]]:
         "processes": w,
         "wall_s": pool["wall_s"],
         "stopped_at_deadline": pool["stopped_at_deadline"],
-        "lengths": dict(sorted(lengths.items())),
+        "lengths": lengths(tasks),
     }
     log(f"compose: {len(tasks)} distinct tasks in {pool['wall_s']} s")
     return path, info
@@ -454,27 +469,24 @@ def resummarize(out: Path, name: str, wall_s: float) -> int:
     """Rebuild OUTDIR/<name>.json from the kept/rejected files a run left behind (when its own
     summary step did not finish), with the filter pool's wall time read from its log."""
     src = out / "composed.jsonl" if name == "ours" else OPS6K
-    total = len(read_jsonl(src)) if src.exists() else 0
+    tasks = read_jsonl(src)
+    total = len(tasks)
     w = len(list(out.glob(f"filter.{name}.*.log")))
-    kept = [t for i in range(w) for t in read_jsonl(out / f"kept.{name}.{i}.jsonl")]
-    rej = [t for i in range(w) for t in read_jsonl(out / f"rejected.{name}.{i}.jsonl")]
+    kept, rej = worker_outputs(out, name, w)
     env = json.loads((out / "env.json").read_text()) if (out / "env.json").exists() else {}
     gpus = len((env.get("gpu") or "x").splitlines()) if BACKEND == "cuda" else 1
     pool = {"wall_s": wall_s, "stopped_at_deadline": True, "gpus": gpus}
-    lo, hi = (1.0, 100.0) if BACKEND == "cuda" else (1.0, 1000.0)
-    s = summarize(name, kept, rej, total, pool, [lo, hi], w)
+    s = summarize(name, kept, rej, total, pool, window([]), w)
     s["env"] = env
     s["resummarized"] = True
-    if name == "ours" and src.exists():
-        tasks = read_jsonl(src)
-        lengths = Counter(len(t.get("ops", [])) for t in tasks)
+    if name == "ours" and tasks:
         s["compose"] = {
-            "composed": len(tasks),
+            "composed": total,
             "size": SIZE,
             "seed": SEED,
             "processes": "?",
             "wall_s": 0.0,
-            "lengths": dict(sorted(lengths.items())),
+            "lengths": lengths(tasks),
         }
     (out / f"{name}.json").write_text(json.dumps(s, indent=2))
     log(
