@@ -47,6 +47,7 @@ class Unit:
     ok: bool = True
     log: str = ""
     timed_out: bool = False
+    heavy: tuple[str, ...] = ()  # umbrella headers a binding includes (see heavy_includes)
     headers: str = ""  # bindings with umbrella includes: "stand-in" or "real (stand-in failed)"
 
 
@@ -266,10 +267,13 @@ def build_workdir(
     deps = _deps_digest(src)
     standin_key = _sha(*(f.read_bytes() for f in sorted(STANDIN.rglob("*.h"))))
     for u in units:
+        text = u.src.read_bytes()
+        if u.kind == "binding":
+            u.heavy = tuple(heavy_includes(text.decode(errors="replace")))
         u.key = _sha(
             flags.key,
             u.kind,
-            u.src.read_bytes(),
+            text,
             deps if u.kind != "cuda" else _sha(deps, "cu"),
             standin_key if u.kind == "binding" else "",
         )
@@ -288,11 +292,7 @@ def build_workdir(
         if u.cached:
             return
         tmp = out / f".{u.key}.{uuid.uuid4().hex[:6]}.o"
-        standin = (
-            u.kind == "binding"
-            and os.environ.get("CUDA_AGENT_STANDIN", "1") != "0"  # 0: always the real headers
-            and bool(heavy_includes(u.src.read_text(errors="replace")))
-        )
+        standin = bool(u.heavy) and os.environ.get("CUDA_AGENT_STANDIN", "1") != "0"
         t = time.monotonic()
         while True:
             cmd = _unit_cmd(u, flags, tmp, src, pch_dir, standin)
@@ -329,7 +329,7 @@ def build_workdir(
         with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(todo)))) as ex:
             list(ex.map(compile_one, todo))
     for u in todo:
-        if u.kind == "binding" and (heavy := heavy_includes(u.src.read_text(errors="replace"))):
+        if heavy := u.heavy:
             if u.headers == "stand-in":
                 notes.append(
                     f"note: {u.rel} includes <{'>, <'.join(heavy)}>: compiled with the sandbox's"

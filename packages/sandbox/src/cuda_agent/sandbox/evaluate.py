@@ -882,7 +882,8 @@ def _run_on_device(
         p.guards.extend(
             output_checks([refs[i] for i in range(n_trials)], cand_outs, policy=cfg.guard_policy)
         )
-    # the trusted parent loading and comparing the outputs (device worker time, not the GPU's)
+    # the trusted parent loading and comparing the outputs, and the guards' output checks
+    # (device worker time, not the GPU's)
     p.stages["compare"] = time.monotonic() - t_compare
     passed = (
         len(details) == n_trials
