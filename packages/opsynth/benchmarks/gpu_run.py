@@ -69,7 +69,10 @@ TIME_BUDGET = float(ENV.get("TIME_BUDGET", "0.3"))
 TASK_TIMEOUT = float(ENV.get("TASK_TIMEOUT", "60"))
 MEM_GB = float(ENV.get("MEM_GB", "9"))
 TIMING_LOCK = ENV.get("TIMING_LOCK", "1") == "1"
-PARTS = set(ENV.get("PARTS", "ours,ops6k").split(","))  # which sets to run
+PART_NAMES = ("ours", "ops6k")
+PARTS = set(ENV.get("PARTS", ",".join(PART_NAMES)).split(","))  # which sets to run
+if not PARTS.issubset(PART_NAMES):
+    sys.exit(f"PARTS={ENV['PARTS']!r}: expected a comma-separated subset of {PART_NAMES}")
 RESERVE_S = 12.0  # kept at the end for stopping workers and writing the summaries
 
 # filter reasons -> the check that raised them, in the order the probe runs the checks
@@ -496,7 +499,9 @@ def resummarize(out: Path, name: str, wall_s: float) -> int:
 
 
 def main() -> int:
-    if len(sys.argv) == 5 and sys.argv[2] == "--resummarize":  # OUTDIR --resummarize NAME WALL_S
+    if "--resummarize" in sys.argv:  # OUTDIR --resummarize NAME WALL_S
+        if len(sys.argv) != 5 or sys.argv[2] != "--resummarize" or sys.argv[3] not in PART_NAMES:
+            sys.exit("usage: gpu_run.py OUTDIR --resummarize ours|ops6k WALL_S")
         return resummarize(Path(sys.argv[1]), sys.argv[3], float(sys.argv[4]))
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "gpu-out/opsynth")
     out.mkdir(parents=True, exist_ok=True)
