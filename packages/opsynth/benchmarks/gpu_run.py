@@ -13,7 +13,10 @@ sample (skipped with a message when absent), COMPILE [1], COMPILE_BACKEND [induc
 TIME_BUDGET [0.3] seconds of eager timing per probe, TASK_TIMEOUT [60] seconds per probe,
 MEM_GB [9] per-task memory cap (GPU memory on cuda), TIMING_LOCK [1] serialise eager timing
 across workers (one GPU: concurrent timing would inflate every time), PARTS [ours,ops6k] the
-sets to run (``ops6k`` alone: only the Ops-6K sample, with the whole budget).
+sets to run (``ops6k`` alone: only the Ops-6K sample, with the whole budget), RESUME [0] 1:
+continue an earlier call's run in OUTDIR (its composed tasks, its workers' kept/rejected files
+via ``opsynth filter --resume``, its worker count; a finished set is skipped; the filter wall time
+of every call is added up in OUTDIR/<set>.calls.json, so throughput covers the whole run).
 
 After a run whose summary step did not finish: ``gpu_run.py OUTDIR --resummarize ours WALL_S``
 rebuilds ``ours.json`` from the kept/rejected files (WALL_S: the filter pool's wall time).
@@ -73,6 +76,7 @@ PART_NAMES = ("ours", "ops6k")
 PARTS = set(ENV.get("PARTS", ",".join(PART_NAMES)).split(","))  # which sets to run
 if not PARTS.issubset(PART_NAMES):
     sys.exit(f"PARTS={ENV['PARTS']!r}: expected a comma-separated subset of {PART_NAMES}")
+RESUME = ENV.get("RESUME", "0") == "1"
 RESERVE_S = 12.0  # kept at the end for stopping workers and writing the summaries
 
 # filter reasons -> the check that raised them, in the order the probe runs the checks
@@ -133,7 +137,7 @@ def run_pool(
     for i, (cmd, logf) in enumerate(cmds):
         if envs is not None:
             env = envs[i]
-        fh = open(logf, "w")  # noqa: SIM115 - closed after the pool ends
+        fh = open(logf, "a" if RESUME else "w")  # noqa: SIM115 - closed after the pool ends
         procs.append(
             (
                 subprocess.Popen(
@@ -311,11 +315,24 @@ def lengths(tasks: list[dict]) -> dict[int, int]:
     return dict(sorted(Counter(len(t.get("ops", [])) for t in tasks).items()))
 
 
+def earlier_calls(out: Path, name: str) -> list[dict[str, Any]]:
+    """The filter pools of earlier calls of a resumed run of set ``name`` (empty for a new run)."""
+    f = out / f"{name}.calls.json"
+    return json.loads(f.read_text()) if RESUME and f.exists() else []
+
+
 def filter_set(
     name: str, src: Path, out: Path, budget_s: float, extra: list[str]
 ) -> dict[str, Any]:
     tasks = read_jsonl(src)
-    w = max(1, min(WORKERS, len(tasks)))
+    calls = earlier_calls(out, name)
+    # a resumed run keeps its shards: worker i continues the tasks of its own files
+    w = int(calls[0]["workers"]) if calls else max(1, min(WORKERS, len(tasks)))
+    if calls:
+        kept, rej = worker_outputs(out, name, w)
+        if len(kept) + len(rej) >= len(tasks):
+            log(f"filter {name}: all {len(tasks)} tasks done in earlier calls")
+            return summarize_calls(name, kept, rej, len(tasks), calls, extra, w)
     envs = []
     for i in range(w):
         env = dict(ENV)
@@ -341,8 +358,9 @@ def filter_set(
     ]
     cmds = []
     for i in range(w):
-        for f in (out / f"kept.{name}.{i}.jsonl", out / f"rejected.{name}.{i}.jsonl"):
-            f.unlink(missing_ok=True)
+        if not calls:
+            for f in (out / f"kept.{name}.{i}.jsonl", out / f"rejected.{name}.{i}.jsonl"):
+                f.unlink(missing_ok=True)
         cmds.append(
             (
                 cli(
@@ -354,6 +372,7 @@ def filter_set(
                     str(out / f"kept.{name}.{i}.jsonl"),
                     "--rejected",
                     str(out / f"rejected.{name}.{i}.jsonl"),
+                    *(["--resume"] if calls else []),
                     *args,
                 ),
                 out / f"filter.{name}.{i}.log",
@@ -362,20 +381,51 @@ def filter_set(
     used = sorted({GPUS[i % len(GPUS)] for i in range(w)})
     log(
         f"filter {name}: {len(tasks)} tasks, {w} workers on GPUs {','.join(used)}, {budget_s:.0f} s"
+        + (f" (resumed: call {len(calls) + 1})" if calls else "")
     )
     pool = run_pool(cmds, budget_s, dict(ENV), envs)
     pool["gpus"] = len(used) if BACKEND == "cuda" else 1
+    pool["workers"] = w
+    calls.append(pool)
+    (out / f"{name}.calls.json").write_text(json.dumps(calls, indent=1))
     kept, rej = worker_outputs(out, name, w)
-    s = summarize(name, kept, rej, len(tasks), pool, window(extra), w)
+    s = summarize_calls(name, kept, rej, len(tasks), calls, extra, w)
     s["filter_args"] = args
     log(
-        f"filter {name}: {s['tasks_done']}/{len(tasks)} done in {pool['wall_s']} s, {s['passed']} kept, "
-        f"{s['tasks_per_hour']} tasks/h; reasons {s['reasons']}"
+        f"filter {name}: {s['tasks_done']}/{len(tasks)} done in {s['filter_wall_s']} s"
+        f" ({len(calls)} call(s)), {s['passed']} kept, {s['tasks_per_hour']} tasks/h;"
+        f" reasons {s['reasons']}"
     )
     return s
 
 
+def summarize_calls(
+    name: str,
+    kept: list[dict],
+    rej: list[dict],
+    total: int,
+    calls: list[dict[str, Any]],
+    extra: list[str],
+    workers: int,
+) -> dict[str, Any]:
+    """``summarize`` over a run made of one or more calls: their filter wall times add up."""
+    pool = {
+        "wall_s": round(sum(float(c["wall_s"]) for c in calls), 2),
+        "stopped_at_deadline": bool(calls[-1].get("stopped_at_deadline")),
+        "gpus": calls[-1].get("gpus", 1),
+    }
+    s = summarize(name, kept, rej, total, pool, window(extra), workers)
+    s["calls"] = [
+        {"wall_s": c["wall_s"], "stopped_at_deadline": c.get("stopped_at_deadline")} for c in calls
+    ]
+    return s
+
+
 def compose(out: Path, budget_s: float) -> tuple[Path, dict[str, Any]]:
+    path, info_file = out / "composed.jsonl", out / "compose.json"
+    if RESUME and path.exists() and info_file.exists():
+        log(f"compose: resumed run, reusing {path}")
+        return path, json.loads(info_file.read_text())
     w = max(1, min(os.cpu_count() or 1, 16, N))
     per = math.ceil(N / w)
     cmds = []
@@ -408,7 +458,6 @@ def compose(out: Path, budget_s: float) -> tuple[Path, dict[str, Any]]:
                 seen.add(t["id"])
                 tasks.append(t)
     tasks = tasks[:N]
-    path = out / "composed.jsonl"
     path.write_text("".join(json.dumps(t) + "\n" for t in tasks))
     info = {
         "requested": N,
@@ -420,6 +469,7 @@ def compose(out: Path, budget_s: float) -> tuple[Path, dict[str, Any]]:
         "stopped_at_deadline": pool["stopped_at_deadline"],
         "lengths": lengths(tasks),
     }
+    info_file.write_text(json.dumps(info, indent=2))
     log(f"compose: {len(tasks)} distinct tasks in {pool['wall_s']} s")
     return path, info
 
@@ -462,6 +512,7 @@ def env_info() -> dict[str, Any]:
             "TIMING_LOCK",
             "GPUS",
             "PARTS",
+            "RESUME",
         )
         if ENV.get(k)
     }
@@ -506,6 +557,14 @@ def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "gpu-out/opsynth")
     out.mkdir(parents=True, exist_ok=True)
     info = env_info()
+    if (
+        RESUME and (out / "env.json").exists()
+    ):  # the run's first call describes it; later ones listed
+        call = info
+        info = json.loads((out / "env.json").read_text())
+        info.setdefault("later_calls", []).append(
+            {k: call[k] for k in ("date_utc", "git_commit", "gpu", "cores", "budget_s", "knobs")}
+        )
     (out / "env.json").write_text(json.dumps(info, indent=2))
     have_ops6k = OPS6K.exists() and "ops6k" in PARTS
     if "ours" in PARTS:

@@ -176,6 +176,35 @@ def composition_section(run: Path | None) -> list[str]:
     ]
 
 
+def sets_of(ours: dict | None, o6: dict | None) -> dict[str, dict]:
+    """The sets of a run that have results, by their column name."""
+    sets = {"ours": ours} if ours else {}
+    if o6 and "skipped" not in o6:
+        sets["Ops-6K sample"] = o6
+    return sets
+
+
+def resumed_lines(env: dict, sets: dict[str, dict]) -> list[str]:
+    """One line saying which calls a resumed run (``RESUME=1``) was made of, if it was."""
+    later = env.get("later_calls") or []
+    if not later:
+        return []
+    calls = "; ".join(
+        f"{c.get('date_utc')} UTC, commit `{c.get('git_commit')}`, knobs `{json.dumps(c.get('knobs', {}))}`"
+        for c in later
+    )
+    walls = "; ".join(
+        name + ": " + " + ".join(f"{c['wall_s']:.0f}" for c in s["calls"]) + " s"
+        for name, s in sets.items()
+        if s.get("calls")
+    )
+    return [
+        f"- one run over {len(later) + 1} device calls (`RESUME=1`: each call continues the "
+        f"workers' files of the one before; throughput uses the sum of the filter wall times, "
+        f"{walls}); later calls: {calls}"
+    ]
+
+
 def main() -> int:
     run = None if len(sys.argv) < 2 or sys.argv[1] == "--placeholder" else Path(sys.argv[1])
     env = load(run / "env.json") if run else None
@@ -210,6 +239,7 @@ def main() -> int:
             f"spread round robin over {ours.get('gpus', 1)} GPU(s); eager timing serialised "
             "across the workers of a GPU by a file lock per GPU (`OPSYNTH_TIMING_LOCK`) so no "
             "two tasks are timed at once on one GPU.",
+            *resumed_lines(e, sets_of(ours, o6)),
             f"- composed: {ours['compose']['composed']} tasks (`--size {ours['compose']['size']}`) "
             f"in {ours['compose']['wall_s']:.0f} s by {ours['compose']['processes']} processes; "
             f"lengths {ours['compose']['lengths']}",

@@ -58,3 +58,39 @@ def test_summary_counts_oom_rescales_and_first_times():
     assert s["tasks_per_hour"] == 200.0  # 4 tasks / 36 s / 2 GPUs
     assert s["tasks_per_hour_all_gpus"] == 400.0
     assert s["reasons"] == {"out_of_memory": 1, "too_fast": 1}
+
+
+def test_resumed_run_finishes_what_a_stopped_call_left(tmp_path):
+    """A real CPU run, then a call that lost records (one whole, one cut mid-line) and a
+    ``RESUME=1`` call: every task is done once, the compose is reused, the calls add up."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    env = {
+        **os.environ,
+        "BACKEND": "cpu",
+        "N": "4",
+        "WORKERS": "2",
+        "COMPILE": "0",
+        "PARTS": "ours",
+        "BUDGET_S": "300",
+    }
+    subprocess.run([sys.executable, str(SCRIPT), str(out)], env=env, check=True)
+    files = sorted(out.glob("*ed.ours.*.jsonl"))
+    lines = {f: f.read_text().splitlines(keepends=True) for f in files}
+    assert sum(map(len, lines.values())) == 4
+    cut = next(f for f in files if lines[f])  # drop its last record, leave half of it
+    cut.write_text("".join(lines[cut][:-1]) + lines[cut][-1][:25])
+    composed = (out / "composed.jsonl").read_text()
+    subprocess.run([sys.executable, str(SCRIPT), str(out)], env={**env, "RESUME": "1"}, check=True)
+    assert (out / "composed.jsonl").read_text() == composed
+    tasks = [json.loads(x) for f in files for x in f.read_text().splitlines()]
+    assert sorted(t["id"] for t in tasks) == sorted({t["id"] for t in tasks})  # no task twice
+    assert len(tasks) == 4
+    s = json.loads((out / "ours.json").read_text())
+    assert s["tasks_done"] == 4 and len(s["calls"]) == 2
+    assert s["filter_wall_s"] == round(sum(c["wall_s"] for c in s["calls"]), 2)
+    assert json.loads((out / "env.json").read_text())["later_calls"][0]["knobs"]["RESUME"] == "1"

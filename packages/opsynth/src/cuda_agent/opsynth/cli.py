@@ -292,7 +292,7 @@ def filter_cmd(
     --rejected dropped.jsonl > kept.jsonl
     """
     from cuda_agent.records.cli_helpers import parse_shard, run_stream
-    from cuda_agent.records.jsonl import RecordWriter, load_records
+    from cuda_agent.records.jsonl import RecordWriter, load_records, repair_tail
     from cuda_agent.records.types import Task
 
     from .filter import WINDOWS_MS, FilterConfig, TaskFilter
@@ -325,6 +325,7 @@ def filter_cmd(
     if resume:
         for path in (output, rejected):
             if path is not None and path.exists():
+                repair_tail(path)  # a worker stopped mid-write leaves half a line
                 for t in load_records(path):
                     if isinstance(t, Task):
                         already.add(t.meta.get("filter", {}).get("input_id", t.id))
