@@ -239,7 +239,7 @@ def main() -> int:
             f"spread round robin over {ours.get('gpus', 1)} GPU(s); eager timing serialised "
             "across the workers of a GPU by a file lock per GPU (`OPSYNTH_TIMING_LOCK`) so no "
             "two tasks are timed at once on one GPU.",
-            *resumed_lines(e, sets_of(ours, o6)),
+            *resumed_lines(env or e, sets_of(ours, o6)),  # env.json lists every call
             f"- composed: {ours['compose']['composed']} tasks (`--size {ours['compose']['size']}`) "
             f"in {ours['compose']['wall_s']:.0f} s by {ours['compose']['processes']} processes; "
             f"lengths {ours['compose']['lengths']}",
