@@ -6,7 +6,10 @@
 # Environment (defaults in brackets):
 #   N [6000]        composed tasks before filtering     SEED [0]     compose seed
 #   BACKEND [cuda if a GPU is visible, else cpu]        SIZE [gpu for cuda, cpu for cpu]
-#   GPUS [all visible]  filter/baseline shards, one per GPU (CUDA_VISIBLE_DEVICES=i)
+#   GPUS [all visible]  GPUs to use (filter workers and baseline shards; CUDA_VISIBLE_DEVICES=i)
+#   WORKERS_PER_GPU [cuda: min(12, (cores - 2) / GPUS); cpu: 1]  filter processes per GPU, all
+#                   taking tasks from one queue; eager timing is serialised per GPU by a lock
+#   MEM_GB [cuda: 90% of a GPU's memory / WORKERS_PER_GPU; cpu: 16]  memory cap per task
 #   KB []           KernelBench checkout to decontaminate against (level*/*.py)
 #   COMPILE [1]     also check torch.compile in the filter (0: skip, much faster on a CPU)
 #   BASELINE [1 on cuda]  fill Task.baseline with `profiler baseline`
@@ -40,14 +43,27 @@ if [ ! -s "$OUT/seeds.jsonl" ]; then
 fi
 opsynth compose --n "$N" --seed "$SEED" --size "$SIZE" -o "$OUT/composed.jsonl" --resume
 
-log "filter: $GPUS shard(s)"
+if [ "$BACKEND" = cuda ]; then
+  CORES=$(nproc)
+  WPG=${WORKERS_PER_GPU:-$(( (CORES - 2) / GPUS < 1 ? 1 : ((CORES - 2) / GPUS > 12 ? 12 : (CORES - 2) / GPUS) ))}
+  MEM_GB=${MEM_GB:-$(python -c "import torch; print(max(1, int(0.9 * torch.cuda.get_device_properties(0).total_memory / 2**30 / $WPG)))")}
+else
+  WPG=${WORKERS_PER_GPU:-1}
+  MEM_GB=${MEM_GB:-16}
+fi
+# every worker reads the whole composed file and takes the next task nobody has claimed
+# ($OUT/claims.filter); a rerun skips the claimed-and-done tasks and redoes the interrupted ones
+log "filter: $GPUS GPU(s) x $WPG worker(s), $MEM_GB GB per task, one task queue"
 pids=()
 for i in $(seq 0 $((GPUS - 1))); do
-  CUDA_VISIBLE_DEVICES=$(dev "$i") \
-    opsynth filter "$OUT/composed.jsonl" --backend "$BACKEND" $COMPILE_FLAG --shard "$i/$GPUS" \
-      -o "$OUT/filtered.$i.jsonl" --rejected "$OUT/rejected.$i.jsonl" --resume \
-      2> "$OUT/filter.$i.log" &
-  pids+=($!)
+  for j in $(seq 0 $((WPG - 1))); do
+    CUDA_VISIBLE_DEVICES=$(dev "$i") \
+    OPSYNTH_TIMING_LOCK=$([ "$BACKEND" = cuda ] && echo "$(cd "$OUT" && pwd)/timing.$i.lock" || echo "") \
+      opsynth filter "$OUT/composed.jsonl" --backend "$BACKEND" $COMPILE_FLAG --claim "$OUT/claims.filter" \
+        --mem-gb "$MEM_GB" -o "$OUT/filtered.$i.$j.jsonl" --rejected "$OUT/rejected.$i.$j.jsonl" --resume \
+        2> "$OUT/filter.$i.$j.log" &
+    pids+=($!)
+  done
 done
 for p in "${pids[@]}"; do wait "$p"; done
 cat "$OUT"/filtered.[0-9]*.jsonl > "$OUT/filtered.jsonl"

@@ -15,8 +15,10 @@ MEM_GB [9] per-task memory cap (GPU memory on cuda), TIMING_LOCK [1] serialise e
 across workers (one GPU: concurrent timing would inflate every time), PARTS [ours,ops6k] the
 sets to run (``ops6k`` alone: only the Ops-6K sample, with the whole budget), RESUME [0] 1:
 continue an earlier call's run in OUTDIR (its composed tasks, its workers' kept/rejected files
-via ``opsynth filter --resume``, its worker count; a finished set is skipped; the filter wall time
-of every call is added up in OUTDIR/<set>.calls.json, so throughput covers the whole run).
+and their task queue OUTDIR/claims.<set>: done tasks are skipped, tasks cut off by the deadline are
+redone; a finished set is skipped; the filter wall time of every call is added up in
+OUTDIR/<set>.calls.json, so throughput covers the whole run). The workers of a set take tasks
+from one queue (``opsynth filter --claim``): a worker that meets slow tasks takes fewer.
 
 After a run whose summary step did not finish: ``gpu_run.py OUTDIR --resummarize ours WALL_S``
 rebuilds ``ours.json`` from the kept/rejected files (WALL_S: the filter pool's wall time).
@@ -31,6 +33,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -293,10 +296,11 @@ def summarize(
     }
 
 
-def worker_outputs(out: Path, name: str, workers: int) -> tuple[list[dict], list[dict]]:
-    """The kept and the rejected tasks the filter workers of set ``name`` wrote so far."""
-    kept = [t for i in range(workers) for t in read_jsonl(out / f"kept.{name}.{i}.jsonl")]
-    rej = [t for i in range(workers) for t in read_jsonl(out / f"rejected.{name}.{i}.jsonl")]
+def worker_outputs(out: Path, name: str) -> tuple[list[dict], list[dict]]:
+    """The kept and the rejected tasks the filter workers of set ``name`` wrote so far (in every
+    call of a resumed run)."""
+    kept = [t for f in sorted(out.glob(f"kept.{name}.*.jsonl")) for t in read_jsonl(f)]
+    rej = [t for f in sorted(out.glob(f"rejected.{name}.*.jsonl")) for t in read_jsonl(f)]
     return kept, rej
 
 
@@ -326,10 +330,12 @@ def filter_set(
 ) -> dict[str, Any]:
     tasks = read_jsonl(src)
     calls = earlier_calls(out, name)
-    # a resumed run keeps its shards: worker i continues the tasks of its own files
-    w = int(calls[0]["workers"]) if calls else max(1, min(WORKERS, len(tasks)))
-    if calls:
-        kept, rej = worker_outputs(out, name, w)
+    w = max(1, min(WORKERS, len(tasks)))
+    claims = out / f"claims.{name}"  # the workers' queue: a task goes to the first free worker
+    if not calls:
+        shutil.rmtree(claims, ignore_errors=True)
+    else:
+        kept, rej = worker_outputs(out, name)
         if len(kept) + len(rej) >= len(tasks):
             log(f"filter {name}: all {len(tasks)} tasks done in earlier calls")
             return summarize_calls(name, kept, rej, len(tasks), calls, extra, w)
@@ -357,17 +363,17 @@ def filter_set(
         *extra,
     ]
     cmds = []
+    if not calls:
+        for f in [*out.glob(f"kept.{name}.*.jsonl"), *out.glob(f"rejected.{name}.*.jsonl")]:
+            f.unlink()
     for i in range(w):
-        if not calls:
-            for f in (out / f"kept.{name}.{i}.jsonl", out / f"rejected.{name}.{i}.jsonl"):
-                f.unlink(missing_ok=True)
         cmds.append(
             (
                 cli(
                     "filter",
                     str(src),
-                    "--shard",
-                    f"{i}/{w}",
+                    "--claim",
+                    str(claims),
                     "-o",
                     str(out / f"kept.{name}.{i}.jsonl"),
                     "--rejected",
@@ -388,7 +394,7 @@ def filter_set(
     pool["workers"] = w
     calls.append(pool)
     (out / f"{name}.calls.json").write_text(json.dumps(calls, indent=1))
-    kept, rej = worker_outputs(out, name, w)
+    kept, rej = worker_outputs(out, name)
     s = summarize_calls(name, kept, rej, len(tasks), calls, extra, w)
     s["filter_args"] = args
     log(
@@ -526,7 +532,7 @@ def resummarize(out: Path, name: str, wall_s: float) -> int:
     tasks = read_jsonl(src)
     total = len(tasks)
     w = len(list(out.glob(f"filter.{name}.*.log")))
-    kept, rej = worker_outputs(out, name, w)
+    kept, rej = worker_outputs(out, name)
     env = json.loads((out / "env.json").read_text()) if (out / "env.json").exists() else {}
     gpus = len((env.get("gpu") or "x").splitlines()) if BACKEND == "cuda" else 1
     pool = {"wall_s": wall_s, "stopped_at_deadline": True, "gpus": gpus}

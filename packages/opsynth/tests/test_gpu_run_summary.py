@@ -61,8 +61,8 @@ def test_summary_counts_oom_rescales_and_first_times():
 
 
 def test_resumed_run_finishes_what_a_stopped_call_left(tmp_path):
-    """A real CPU run, then a call that lost records (one whole, one cut mid-line) and a
-    ``RESUME=1`` call: every task is done once, the compose is reused, the calls add up."""
+    """A real CPU run, then a call that lost a record (cut mid-line) and a ``RESUME=1`` call:
+    the lost task is redone, every task is done once, the compose is reused, the calls add up."""
     import json
     import os
     import subprocess
@@ -82,8 +82,14 @@ def test_resumed_run_finishes_what_a_stopped_call_left(tmp_path):
     files = sorted(out.glob("*ed.ours.*.jsonl"))
     lines = {f: f.read_text().splitlines(keepends=True) for f in files}
     assert sum(map(len, lines.values())) == 4
-    cut = next(f for f in files if lines[f])  # drop its last record, leave half of it
+    # a worker stopped while writing its last record: half a line, its claim not marked done
+    cut = next(f for f in files if lines[f])
     cut.write_text("".join(lines[cut][:-1]) + lines[cut][-1][:25])
+    lost = json.loads(lines[cut][-1])
+    lost_id = (lost["meta"].get("filter") or lost["meta"]["rejected"]).get("input_id", lost["id"])
+    claim = out / "claims.ours" / lost_id
+    assert claim.read_text() == "done\n"
+    claim.write_text("")
     composed = (out / "composed.jsonl").read_text()
     subprocess.run([sys.executable, str(SCRIPT), str(out)], env={**env, "RESUME": "1"}, check=True)
     assert (out / "composed.jsonl").read_text() == composed

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from cuda_agent.records.cli_helpers import (
+    ClaimOpt,
     InputArg,
     OnErrorOpt,
     OutputOpt,
@@ -230,6 +231,7 @@ def filter_cmd(
     resume: ResumeOpt = False,
     on_error: OnErrorOpt = OnErrorT.stop,
     shard: ShardOpt = None,
+    claim: ClaimOpt = None,
     backend: Annotated[str, typer.Option("--backend", help="cpu or cuda.")] = "cpu",
     min_ms: Annotated[
         float | None,
@@ -290,6 +292,9 @@ def filter_cmd(
 
     Example: opsynth compose --n 50 --size cpu | opsynth filter --backend cpu --no-compile
     --rejected dropped.jsonl > kept.jsonl
+
+    Parallel workers on one input: start several with the same ``--claim DIR`` and their own
+    ``-o`` / ``--rejected`` files (a task goes to the first free worker).
     """
     from cuda_agent.records.cli_helpers import parse_shard, run_stream
     from cuda_agent.records.jsonl import RecordWriter, load_records, repair_tail
@@ -352,6 +357,7 @@ def filter_cmd(
             on_error=on_error,
             expect=(Task,),
             shard=parse_shard(shard),
+            claim=claim,
             desc="filter",
         )
     finally:

@@ -6,6 +6,7 @@
 - ``-o FILE --resume``: inputs whose key is already in FILE are skipped; results are appended and
   flushed one line at a time.
 - ``--shard i/n``: keep only the records whose key hashes to shard i of n.
+- ``--claim DIR``: several processes share one input as a work queue (:mod:`.claims`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,17 @@ OnErrorOpt = Annotated[
 ]
 ShardOpt = Annotated[
     str | None, typer.Option("--shard", help="Process only shard i of n (e.g. 0/4) by record key.")
+]
+
+
+ClaimOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--claim",
+        help="Share the input with other processes as a work queue: each record goes to the first "
+        "process to claim it in DIR (one host; a fresh run needs a fresh DIR; a stopped run "
+        "started again redoes only its unfinished records).",
+    ),
 ]
 
 
@@ -102,6 +114,7 @@ class StreamStats:
     written: int = 0
     skipped_done: int = 0
     skipped_shard: int = 0
+    skipped_claimed: int = 0
     bad_lines: int = 0
     failed: int = 0
     seconds: float = 0.0
@@ -113,6 +126,8 @@ class StreamStats:
             parts.append(f"{self.skipped_done} already done")
         if self.skipped_shard:
             parts.append(f"{self.skipped_shard} in other shards")
+        if self.skipped_claimed:
+            parts.append(f"{self.skipped_claimed} taken by other processes or done")
         if self.bad_lines:
             parts.append(f"{self.bad_lines} malformed")
         if self.failed:
@@ -131,10 +146,13 @@ def run_stream(
     expect: tuple[type, ...] | None = None,
     key: Callable[[Any], str] = record_key,
     shard: tuple[int, int] | None = None,
+    claim: Path | None = None,
     desc: str = "records",
     quiet: bool = False,
 ) -> StreamStats:
     """Read records, call ``process`` on each, write what it yields; the conventions above.
+    With ``claim`` a record is processed only if this process claims it, and marked done after
+    its results are written.
 
     ``expect`` restricts the accepted record kinds (a wrong kind is a malformed line). An
     exception raised by ``process`` is handled like a malformed line but stops with exit code 1.
@@ -148,6 +166,11 @@ def run_stream(
     if done:
         log(f"resume: {len(done)} records already in {output}")
     source = str(input) if input is not None else "<stdin>"
+    claims = None
+    if claim is not None:
+        from .claims import Claims
+
+        claims = Claims(claim)
     with RecordWriter(output, append=True) as writer:
 
         def handle_bad(n: int, message: str, raw: bytes | str, code: int) -> None:
@@ -179,18 +202,27 @@ def run_stream(
             if not in_shard(k, shard):
                 stats.skipped_shard += 1
                 continue
+            if claims is not None and not claims.take(k):
+                stats.skipped_claimed += 1
+                continue
             kind = rec.__struct_config__.tag
             stats.by_kind[kind] = stats.by_kind.get(kind, 0) + 1
             try:
                 outs = list(process(rec))
             except typer.Exit:
+                if claims is not None:
+                    claims.release(k)
                 raise
             except Exception as e:  # noqa: BLE001 - reported with the line number
-                handle_bad(n, f"{type_name(e)}: {e}", "", 1)
+                handle_bad(n, f"{type_name(e)}: {e}", "", 1)  # raises on --on-error stop
+                if claims is not None:
+                    claims.done(k)
                 continue
             for out in outs:
                 writer.write(out)
                 stats.written += 1
+            if claims is not None:
+                claims.done(k)
     stats.seconds = time.monotonic() - t0
     if not quiet:
         log(stats.summary(desc))
