@@ -20,6 +20,10 @@ def test_incorrect_kernel_is_caught(warm_build, cache_dir, scale_add_task, scale
     assert len(r.correctness.trials) >= 5 and not r.correctness.trials[0].passed
     assert r.compile is not None and r.compile.ok
     assert r.meta["isolation"]["network"]
+    # the build says what linked the module (cpu modules: gold/lld/mold where one works)
+    from cuda_agent.sandbox.toolchain import flags_for
+
+    assert r.meta["build"]["linker"] == flags_for("cpu").linker
 
 
 def test_pool_keeps_order_and_static_guard_rejects(cache_dir, scale_add_task):

@@ -62,7 +62,7 @@ from .compare import Tolerance, compare
 from .config import SandboxConfig, resolve_backend
 from .gate import DeviceGate, Occupant, device_gate, domain_of
 from .isolation import Limits, Outcome, cap_text, caps, prepare_writable, run_confined
-from .toolchain import default_cache_dir, device_capability, torch_arch_list
+from .toolchain import default_cache_dir, device_capability, flags_for, torch_arch_list
 from .workspace import SolutionError, materialise
 
 LOG_TAIL = 8000
@@ -398,7 +398,7 @@ def _prepare(p: Prepared, slot: int) -> None:
         p.compile = CompileDetail(
             ok=b.ok, seconds=b.seconds, log_tail=cap_text(b.log, LOG_TAIL), cached=b.cached
         )
-        p.meta["build"] = {"units": b.units, "pch": b.pch}
+        p.meta["build"] = {"units": b.units, "pch": b.pch, "linker": flags_for(p.backend).linker}
         p.stages["compile"] = time.monotonic() - t
         if not b.ok:
             msg = (

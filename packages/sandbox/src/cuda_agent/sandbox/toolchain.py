@@ -191,6 +191,12 @@ class Flags:
     include_dirs: tuple[str, ...]
     key: str = field(default="")
 
+    @property
+    def linker(self) -> str:
+        """The linker modules are linked with: ``default`` (the compiler's own) or its name."""
+        fuse = [f for f in self.ldflags if f.startswith("-fuse-ld=")]
+        return fuse[-1].split("=", 1)[1] if fuse else "default"
+
 
 @functools.lru_cache(maxsize=4)
 def flags_for(backend: str) -> Flags:
