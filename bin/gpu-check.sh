@@ -7,6 +7,7 @@
 #   LANE0="opsynth sandbox-d1" LANE1="train-all" bash bin/gpu-check.sh                # two GPUs
 #   LANE0="sandbox-d2 ppo-multi" bash bin/gpu-check.sh                                 # two GPUs
 #   LANE0="gen-probe sandbox-wpg" bash bin/gpu-check.sh                                # one GPU
+#   OPSYNTH_FROM=.gpu-data/opsynth-run RESUME=1 LANE0="opsynth" bash bin/gpu-check.sh  # continue a run
 #
 # Lanes run in parallel, each pinned to one GPU (LANE0 on GPU 0, LANE1 on GPU 1) unless its
 # sections need every GPU (sandbox-d2, ppo-multi); sections of a lane run in order, each under its
@@ -71,7 +72,10 @@ sec_guards() {
 }
 sec_kbeval() { OUT=$(dirname "$1") BUDGET_S=$2 bash bin/gpu-check-kbeval.sh; }
 sec_agent() { OUT=$(dirname "$1") BUDGET_S=$2 bash bin/gpu-check-agent.sh; }
-sec_opsynth() { OUT=$(dirname "$1") BUDGET_S=$2 bash bin/gpu-check-opsynth.sh; }
+sec_opsynth() {  # OPSYNTH_FROM=DIR (e.g. a carried .gpu-data/opsynth-run): continue that run
+  if [ -n "${OPSYNTH_FROM:-}" ] && [ ! -e "$1/env.json" ]; then cp -r "$OPSYNTH_FROM"/. "$1"/; fi
+  OUT=$(dirname "$1") BUDGET_S=$2 bash bin/gpu-check-opsynth.sh
+}
 sec_train-all() {  # the whole pipeline on configs/h200-smoke.toml, then PPO resume from step 4
   local run=/tmp/smoke
   # its own limit, inside the section's, so the logs below are copied even when it runs out

@@ -325,6 +325,20 @@ def earlier_calls(out: Path, name: str) -> list[dict[str, Any]]:
     return json.loads(f.read_text()) if RESUME and f.exists() else []
 
 
+def mark_done(claims_dir: Path, finished: list[dict]) -> None:
+    """Mark every task that has a record in the workers' files done in the queue, so a resumed
+    run skips it even if the queue directory was lost or predates it (a run made with shards)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "records" / "src"))
+    from cuda_agent.records.claims import Claims
+
+    q = Claims(claims_dir)
+    for t in finished:
+        info = t["meta"].get("filter") or t["meta"].get("rejected") or {}
+        key = info.get("input_id") or t["id"]
+        if q.take(key):
+            q.done(key)
+
+
 def filter_set(
     name: str, src: Path, out: Path, budget_s: float, extra: list[str]
 ) -> dict[str, Any]:
@@ -336,6 +350,7 @@ def filter_set(
         shutil.rmtree(claims, ignore_errors=True)
     else:
         kept, rej = worker_outputs(out, name)
+        mark_done(claims, kept + rej)
         if len(kept) + len(rej) >= len(tasks):
             log(f"filter {name}: all {len(tasks)} tasks done in earlier calls")
             return summarize_calls(name, kept, rej, len(tasks), calls, extra, w)
