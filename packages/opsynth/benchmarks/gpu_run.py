@@ -250,6 +250,13 @@ def summarize(
         float((t["meta"].get("filter") or t["meta"].get("rejected") or {}).get("probe_s") or 0)
         for t in kept + rejected
     ]
+    # worker seconds by check, summed over the tasks (all their probes, incl. rescales)
+    phases: Counter[str] = Counter()
+    for t in kept + rejected:
+        for k, v in (
+            (t["meta"].get("filter") or t["meta"].get("rejected") or {}).get("phases_s") or {}
+        ).items():
+            phases[k] += float(v)
     wall = pool.get("wall_s") or 0.0
     gpus = max(1, int(pool.get("gpus") or 1))
     examples: dict[str, list[dict[str, str]]] = {}
@@ -284,6 +291,7 @@ def summarize(
         "eager_ms_first_hist": histogram(first_ms),
         "outside_window_first": sum(not (window[0] <= x <= window[1]) for x in first_ms),
         "probe_s_per_task": pcts(probe_s),
+        "phases_s_total": {k: round(v, 1) for k, v in phases.most_common()},
         "filter_wall_s": wall,
         "workers": workers,
         "gpus": gpus,

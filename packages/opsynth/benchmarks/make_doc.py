@@ -176,6 +176,27 @@ def composition_section(run: Path | None) -> list[str]:
     ]
 
 
+def phases_lines(sets: dict[str, dict]) -> list[str]:
+    """Where the filter workers' time went, by check (runs that recorded ``phases_s``)."""
+    out = []
+    for name, s in sets.items():
+        ph = s.get("phases_s_total") or {}
+        total = sum(ph.values())
+        if total:
+            parts = ", ".join(f"{k} {v / total:.0%}" for k, v in ph.items() if v / total >= 0.005)
+            out.append(f"- {name}: {total:,.0f} worker-seconds: {parts}")
+    if not out:
+        return []
+    return [
+        "Where the workers' time went (`meta.filter.phases_s` summed over the tasks; `process`: "
+        "forking the probe process and handing the result back; `failed`: the check that "
+        "stopped a task):",
+        "",
+        *out,
+        "",
+    ]
+
+
 def sets_of(ours: dict | None, o6: dict | None) -> dict[str, dict]:
     """The sets of a run that have results, by their column name."""
     sets = {"ours": ours} if ours else {}
@@ -265,6 +286,7 @@ def main() -> int:
             "up to twice, and torch.compile runs only for tasks inside the window.",
             "",
         ]
+        lines += phases_lines(sets)
         lines += ["## Per-filter pass rates", ""] + funnel_table(sets) + [""]
         lines += ["## Rejection reasons", ""] + reasons_table(sets) + [""]
         lines += [

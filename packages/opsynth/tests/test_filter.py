@@ -205,11 +205,25 @@ def test_compile_deferred_outside_window_and_probe_seconds_recorded():
         assert v.reason == "too_fast"
         assert "compile_deferred" in v.probe["checks"] and "compile" not in v.probe["checks"]
         assert v.task.meta["rejected"]["probe_s"] > 0
+        assert "compile" not in v.task.meta["rejected"]["phases_s"]  # deferred: not run
         f.cfg = dataclasses.replace(f.cfg, window_ms=(0.0, 1e9))
         v = f.check(GOOD)
         assert v.passed, v.detail
         assert "compile" in v.task.meta["filter"]["checks"]
         assert v.task.meta["filter"]["probe_s"] > 0
+        # where the time went: every check that ran, and the process around them, add up
+        ph = v.task.meta["filter"]["phases_s"]
+        assert {
+            "load",
+            "rng",
+            "eager",
+            "deterministic",
+            "input_dependent",
+            "time",
+            "compile",
+        } <= set(ph)
+        assert ph["compile"] > 0 and "failed" not in ph
+        assert abs(sum(ph.values()) - v.task.meta["filter"]["probe_s"]) < 0.02, ph
     finally:
         f.close()
 

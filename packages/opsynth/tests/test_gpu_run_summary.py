@@ -101,5 +101,6 @@ def test_resumed_run_finishes_what_a_stopped_call_left(tmp_path):
     assert len(tasks) == 4 and lost["id"] in {t["id"] for t in tasks}  # the lost one redone
     s = json.loads((out / "ours.json").read_text())
     assert s["tasks_done"] == 4 and len(s["calls"]) == 2
+    assert s["phases_s_total"]["load"] > 0 and s["phases_s_total"]["process"] > 0
     assert s["filter_wall_s"] == round(sum(c["wall_s"] for c in s["calls"]), 2)
     assert json.loads((out / "env.json").read_text())["later_calls"][0]["knobs"]["RESUME"] == "1"

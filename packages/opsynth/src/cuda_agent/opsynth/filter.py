@@ -107,6 +107,7 @@ class TaskFilter:
         self.rescaled = 0
         self.probe_seconds = 0.0
         self._task_seconds = 0.0  # wall seconds of the current task's probes (all rescalings)
+        self._task_phases: dict[str, float] = {}  # the same, by check
 
     def _probe(self, source: str) -> dict[str, Any]:
         pc = ProbeConfig(
@@ -123,12 +124,18 @@ class TaskFilter:
         secs = float(res.get("seconds") or 0.0)
         self.probe_seconds += secs
         self._task_seconds += secs
+        # where the task's time went, over all its probes; "process": start-up and hand-over
+        # (the parent's wall time not spent inside a check), or the whole probe if it died
+        inside = res.get("phases_s") or {}
+        for k, v in [*inside.items(), ("process", secs - sum(inside.values()))]:
+            self._task_phases[k] = round(self._task_phases.get(k, 0.0) + max(0.0, v), 3)
         return res
 
     def check(self, task: Task) -> Verdict:
         """Run every check on ``task`` (in a fresh process) and decide."""
         lo, hi = self.cfg.window
         self._task_seconds = 0.0
+        self._task_phases = {}
         source = task.ref_code
         rescales: list[dict[str, Any]] = []
         res = self._probe(source)
@@ -192,6 +199,7 @@ class TaskFilter:
             "mode": self.cfg.mode,
             "input_id": task.id,
             "probe_s": round(self._task_seconds, 3),
+            "phases_s": self._task_phases,
         }
         if rescales:
             info["rescaled"] = rescales
@@ -219,6 +227,7 @@ class TaskFilter:
             "detail": detail,
             "backend": self.cfg.backend,
             "probe_s": round(self._task_seconds, 3),
+            "phases_s": self._task_phases,
         }
         if res.get("eager_ms") is not None:
             info["eager_ms"] = round(float(res["eager_ms"]), 4)

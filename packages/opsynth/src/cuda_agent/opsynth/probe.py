@@ -115,17 +115,37 @@ def _time_eager(model: Any, inputs: list[Any], device: str, budget_s: float) -> 
     return statistics.median(samples)
 
 
+class _Laps:
+    """Wall seconds per check of one probe (``phases_s``): each ``lap(name)`` closes the time
+    since the previous one; a check that fails is closed by the caller."""
+
+    def __init__(self) -> None:
+        self.t = time.monotonic()
+        self.s: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.s[name] = round(self.s.get(name, 0.0) + now - self.t, 3)
+        self.t = now
+
+
 def run_probe(source: str, cfg: ProbeConfig) -> dict[str, Any]:
-    """All checks on ``source``; first failure wins. Never raises."""
+    """All checks on ``source``; first failure wins. Never raises. ``phases_s`` says where the
+    time went (load, rng, eager, deterministic, input_dependent, time, compile; ``failed``: the
+    check that stopped it)."""
+    laps = _Laps()
     try:
-        res = _run(source, cfg)
+        res = _run(source, cfg, laps)
         if cfg.shrink_numel and "shrunk" not in res:
             from .shrink import shrink_source
 
             res["shrunk"] = shrink_source(source, cfg.shrink_numel)[1]
-        return res
     except Exception as e:  # noqa: BLE001 - a check itself broke: report, don't crash
-        return _fail("probe_error", _err(e))
+        res = _fail("probe_error", _err(e))
+    if not res.get("ok"):
+        laps.lap("failed")
+    res["phases_s"] = laps.s
+    return res
 
 
 def _model(prog: Any, cfg: ProbeConfig) -> Any:
@@ -145,7 +165,7 @@ def _forward(model: Any, inputs: list[Any]) -> list[Any]:
         return C.flatten_outputs(model(*inputs))
 
 
-def _run(source: str, cfg: ProbeConfig) -> dict[str, Any]:
+def _run(source: str, cfg: ProbeConfig, laps: _Laps) -> dict[str, Any]:
     import torch
 
     from cuda_agent.profiler.program import Program
@@ -167,6 +187,7 @@ def _run(source: str, cfg: ProbeConfig) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001
         return _fail("load_error", _err(e))
     passed.append("load")
+    laps.lap("load")
 
     # (b) no RNG consumed by forward, in train or eval mode
     try:
@@ -177,6 +198,7 @@ def _run(source: str, cfg: ProbeConfig) -> dict[str, Any]:
         modes = [m for m in ("train", "eval") if rng[m]]
         return _fail("rng_consumed", f"forward advances the RNG in {'/'.join(modes)} mode")
     passed.append("rng")
+    laps.lap("rng")
 
     # (a) eager runs; outputs sane
     try:
@@ -191,6 +213,7 @@ def _run(source: str, cfg: ProbeConfig) -> dict[str, Any]:
     if prob:
         return _fail(*prob, checks=passed, output_shapes=[list(o.shape) for o in out1])
     passed.append("output")
+    laps.lap("eager")
 
     # (b) deterministic: rebuilt model, same inputs, same output
     model2 = _model(prog, cfg)
@@ -201,6 +224,7 @@ def _run(source: str, cfg: ProbeConfig) -> dict[str, Any]:
         return _fail("nondeterministic", f"two runs differ by up to {diff:.3g}", checks=passed)
     del model2, inputs2, out2  # GPU-sized tasks: keep at most a few tensors alive
     passed.append("deterministic")
+    laps.lap("deterministic")
 
     # (c) depends on each input at the verifier's tolerance
     other = prog.make_inputs(device=cfg.device, seed=1)
@@ -222,6 +246,7 @@ def _run(source: str, cfg: ProbeConfig) -> dict[str, Any]:
         del out_v
     del other
     passed.append("input_dependent")
+    laps.lap("input_dependent")
 
     eager_ms = None
     if cfg.time and cfg.slow_ms is not None and first_ms > 2 * cfg.slow_ms:
@@ -230,6 +255,7 @@ def _run(source: str, cfg: ProbeConfig) -> dict[str, Any]:
     elif cfg.time:
         eager_ms = time_eager(model, inputs, cfg.device, cfg.time_budget_s)
         passed.append("timed")
+    laps.lap("time")
     outside = (
         cfg.window_ms is not None
         and eager_ms is not None
@@ -259,6 +285,7 @@ def _run(source: str, cfg: ProbeConfig) -> dict[str, Any]:
                 eager_ms=eager_ms,
             )
         passed.append("compile")
+        laps.lap("compile")
     elif cfg.compile:
         passed.append("compile_deferred")
     peak = None
