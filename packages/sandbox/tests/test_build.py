@@ -3,7 +3,7 @@
 import importlib.util
 import uuid
 
-from cuda_agent.sandbox.build import ObjectCache, build_workdir
+from cuda_agent.sandbox.build import ObjectCache, build_workdir, uses_cpp_frontend
 from cuda_agent.sandbox.workspace import materialise
 
 from .conftest import workdir_candidate
@@ -167,19 +167,35 @@ REGISTER_BINDING(extra, register_extra);
 def test_binding_needing_the_real_umbrella_header_is_compiled_again_with_it(
     cache_dir, tmp_path, scale_add_task, scale_add_files
 ):
-    """A binding including <torch/extension.h> that needs more than the stand-in gives (the C++
-    frontend) fails against it and is compiled again with the real header: it builds, and the
-    build says so. (The stand-in's success: the scale_add fixture, checked in ``warm_build``.)"""
+    """A binding including <torch/extension.h> that needs more than the stand-in gives fails
+    against it and is compiled again with the real header: it builds, and the build says so.
+    (The stand-in's success: the scale_add fixture, checked in ``warm_build``.) The C++ frontend
+    is named through a macro here, so the scan that sends such bindings straight to the real
+    header does not see it and the fallback itself is what gets tested."""
     name = f"umbrella-{uuid.uuid4().hex[:8]}"  # new source: nothing from the object cache
+    hidden = LINEAR_BINDING.replace("torch::nn::Linear", "FRONTEND(Linear)").replace(
+        "#include <torch/extension.h>\n",
+        "#include <torch/extension.h>\n#define FRONTEND(x) torch:: nn::x\n",
+    )
+    assert not uses_cpp_frontend(hidden) and uses_cpp_frontend(LINEAR_BINDING)
     r = _build(
         cache_dir,
         tmp_path,
         scale_add_task,
         scale_add_files,
         name,
-        **{"kernels/extra_binding.cpp": LINEAR_BINDING + f"// {name}\n"},
+        **{"kernels/extra_binding.cpp": hidden + f"// {name}\n"},
     )
     assert r.ok, r.log
     headers = {u["file"]: u.get("headers") for u in r.units}
     assert headers["kernels/extra_binding.cpp"] == "real (stand-in failed)", r.units
     assert "needs more than the precompiled prelude declares" in r.log
+
+
+def test_cpp_frontend_scan():
+    """Bindings naming the C++ frontend skip the stand-in attempt (it would fail); plain tensor
+    code, and names that merely contain the words, do not."""
+    assert uses_cpp_frontend("torch::nn::Linear l(3, 4);")
+    assert uses_cpp_frontend("auto o = torch::optim::SGD(p, 0.1);")
+    assert not uses_cpp_frontend("torch::Tensor f(torch::Tensor x) { return x.relu(); }")
+    assert not uses_cpp_frontend("mytorch::nn::thing; // torch::nnx::")

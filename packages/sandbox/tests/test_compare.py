@@ -90,3 +90,23 @@ def test_fast_path_gives_the_exact_verdict(monkeypatch):
         assert fast.passed == exact.passed, (ref.dtype, fast.message, exact.message)
         if exact.rel_norm_err is not None and fast.rel_norm_err is not None:
             assert math.isclose(fast.rel_norm_err, exact.rel_norm_err, rel_tol=1e-2, abs_tol=1e-9)
+
+
+def test_fast_path_hands_every_non_finite_case_to_the_exact_path():
+    """Without an isfinite() pass, a NaN or Inf anywhere (vector body or tail, reference or
+    candidate, half dtypes) must still reach the exact path, never a fast verdict."""
+    import cuda_agent.sandbox.compare as cmp
+
+    g = torch.Generator().manual_seed(1)
+    n = 1_000_003  # not a multiple of any vector width: the scalar tail is exercised
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        r = torch.randn(n, generator=g).to(dtype)
+        for pos in (0, n // 2, n - 1):
+            for bad in (float("nan"), float("inf"), float("-inf")):
+                cand = r.clone()
+                cand[pos] = bad
+                ref = r.clone()
+                ref[pos] = bad
+                for a, b in ((r, cand), (ref, r), (ref, ref.clone())):
+                    assert cmp._compare_float_fast("out", a, b, TOL) is None, (dtype, pos, bad)
+        assert cmp._compare_float_fast("out", r, r.clone(), TOL) is not None  # finite: fast

@@ -48,7 +48,9 @@ class Unit:
     log: str = ""
     timed_out: bool = False
     heavy: tuple[str, ...] = ()  # umbrella headers a binding includes (see heavy_includes)
-    headers: str = ""  # bindings with umbrella includes: "stand-in" or "real (stand-in failed)"
+    frontend: bool = False  # names the C++ frontend (see uses_cpp_frontend)
+    # bindings with umbrella includes: "stand-in", "real (stand-in failed)" or "real (C++ frontend)"
+    headers: str = ""
 
 
 @dataclass
@@ -189,10 +191,21 @@ HEAVY_INCLUDES = ("torch/extension.h", "torch/torch.h", "torch/all.h")
 _INCLUDE_RE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 
 
+# names only the real umbrella header declares (the C++ frontend): a binding using one goes
+# straight to the real header instead of failing against the stand-in first
+_FRONTEND_RE = re.compile(r"\btorch::(nn|optim|data|serialize|jit|autograd)::")
+
+
 def heavy_includes(text: str) -> list[str]:
     """The :data:`HEAVY_INCLUDES` a source includes (in order, once each)."""
     found = [h for h in _INCLUDE_RE.findall(text) if h in HEAVY_INCLUDES]
     return list(dict.fromkeys(found))
+
+
+def uses_cpp_frontend(text: str) -> bool:
+    """Whether a source names the C++ frontend (``torch::nn::``, ``optim``, ``data``, ...),
+    which only the real umbrella header declares."""
+    return _FRONTEND_RE.search(text) is not None
 
 
 def _compiler_env(tmp: Path) -> dict[str, str]:
@@ -269,7 +282,9 @@ def build_workdir(
     for u in units:
         text = u.src.read_bytes()
         if u.kind == "binding":
-            u.heavy = tuple(heavy_includes(text.decode(errors="replace")))
+            decoded = text.decode(errors="replace")
+            u.heavy = tuple(heavy_includes(decoded))
+            u.frontend = uses_cpp_frontend(decoded)
         u.key = _sha(
             flags.key,
             u.kind,
@@ -293,6 +308,8 @@ def build_workdir(
             return
         tmp = out / f".{u.key}.{uuid.uuid4().hex[:6]}.o"
         standin = bool(u.heavy) and os.environ.get("CUDA_AGENT_STANDIN", "1") != "0"
+        if standin and u.frontend:  # it would fail against the stand-in: skip that attempt
+            standin, u.headers = False, "real (C++ frontend)"
         t = time.monotonic()
         while True:
             cmd = _unit_cmd(u, flags, tmp, src, pch_dir, standin)
@@ -334,6 +351,12 @@ def build_workdir(
                 notes.append(
                     f"note: {u.rel} includes <{'>, <'.join(heavy)}>: compiled with the sandbox's"
                     " stand-in (the precompiled prelude's headers), not the umbrella header."
+                )
+            elif u.headers == "real (C++ frontend)":
+                notes.append(
+                    f"note: {u.rel} uses the C++ frontend (torch::nn, optim, ...): compiled with"
+                    f" the real <{'>, <'.join(heavy)}>, parsed again on every compile of this file"
+                    " (more than twice the time of a binding without it)."
                 )
             else:
                 notes.append(
