@@ -387,3 +387,46 @@ def test_torch_rewrapping_its_own_function_is_not_a_patch() -> None:
     got = json.loads(p.stdout.strip().splitlines()[-1])
     assert got["lazy"] == []
     assert ["G-HARNESS-PATCH", "reject"] in got["foreign"], got
+
+
+def test_output_checks_shortcuts_agree_with_the_masked_computation():
+    """The parent's degenerate-output checks decide the all-finite case with one reduction and
+    fall back to isfinite masks otherwise: same answers as the masked definitions everywhere."""
+    import math
+
+    import torch
+
+    from cuda_agent.guards import behaviour as B
+
+    def constant(t):
+        first = t.reshape(-1)[0]
+        if torch.isnan(first):
+            return bool(torch.isnan(t).all())
+        return t.numel() > 1 and bool(((t == first) | torch.isnan(t)).all())
+
+    def spread(t):
+        f = t[torch.isfinite(t)]
+        if f.numel() < 2:
+            return 0.0
+        hi, lo = float(f.max()), float(f.min())
+        return (hi - lo) / max(abs(hi), abs(lo), 1e-30)
+
+    def norm(t):
+        return float(torch.where(torch.isfinite(t), t, 0.0).norm())
+
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(100_003, generator=g)
+    cases = [base, torch.full((1000,), 3.0), torch.zeros(1000), torch.full((5,), float("nan"))]
+    for pos in (0, 50_001, 100_002):
+        for bad in (float("nan"), float("inf"), float("-inf")):
+            t = base.clone()
+            t[pos] = bad
+            c = torch.full((1000,), 2.0)
+            c[pos % 1000] = bad
+            cases += [t, c]
+    cases += [torch.full((4,), float("inf")), torch.tensor([1e30, 1e30, -1e30])]  # norm overflow
+    for t in cases:
+        assert B._is_constant(t) == constant(t), t
+        assert math.isclose(B._spread(t), spread(t), rel_tol=1e-6), t
+        a, b = B._finite_norm(t), norm(t)
+        assert a == b or math.isclose(a, b, rel_tol=1e-6), (a, b)
