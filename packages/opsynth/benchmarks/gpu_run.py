@@ -24,7 +24,8 @@ After a run whose summary step did not finish: ``gpu_run.py OUTDIR --resummarize
 rebuilds ``ours.json`` from the kept/rejected files (WALL_S: the filter pool's wall time).
 
 Writes OUTDIR/{ours,ops6k}.json (compose/filter statistics, throughput, funnel), the task
-files (composed, kept.*, rejected.*) and worker logs. Standard library only.
+files (composed, kept.*, rejected.*) and worker logs. Standard library, plus
+``cuda_agent.records`` for the task queue.
 """
 
 from __future__ import annotations
@@ -336,8 +337,7 @@ def earlier_calls(out: Path, name: str) -> list[dict[str, Any]]:
 def mark_done(claims_dir: Path, finished: list[dict]) -> None:
     """Mark every task that has a record in the workers' files done in the queue, so a resumed
     run skips it even if the queue directory was lost or predates it (a run made with shards)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "records" / "src"))
-    from cuda_agent.records.claims import Claims
+    from cuda_agent.records.claims import Claims  # importable wherever the workers' CLI is
 
     q = Claims(claims_dir)
     for t in finished:
@@ -586,9 +586,8 @@ def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "gpu-out/opsynth")
     out.mkdir(parents=True, exist_ok=True)
     info = env_info()
-    if (
-        RESUME and (out / "env.json").exists()
-    ):  # the run's first call describes it; later ones listed
+    # a resumed run: its first call describes it, later calls are listed
+    if RESUME and (out / "env.json").exists():
         call = info
         info = json.loads((out / "env.json").read_text())
         info.setdefault("later_calls", []).append(
