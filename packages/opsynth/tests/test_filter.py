@@ -242,6 +242,37 @@ def test_timing_lock_serialises_timing(tmp_path, monkeypatch):
             assert v.reason == "timeout", (v.reason, v.detail)
         v = f.check(GOOD)
         assert v.passed, v.detail
+        assert v.task.meta["filter"]["phases_s"].get("time_wait", 0.0) < 1.0  # nobody else timed
+    finally:
+        f.close()
+
+
+def test_timing_lock_wait_is_its_own_phase(tmp_path, monkeypatch):
+    """Seconds spent waiting for another worker's timing are reported as ``time_wait``, apart
+    from the timing itself."""
+    import fcntl
+    import threading
+    import time
+
+    lock = tmp_path / "timing.lock"
+    monkeypatch.setenv("OPSYNTH_TIMING_LOCK", str(lock))
+    f = TaskFilter(
+        FilterConfig(
+            backend="cpu", window_ms=(0.0, 1e9), compile=False, timeout_s=60, time_budget_s=0.2
+        )
+    )
+    got = {}
+    try:
+        with open(lock, "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)  # "another worker" times for 6 s
+            t = threading.Thread(target=lambda: got.setdefault("v", f.check(GOOD)))
+            t.start()
+            time.sleep(6)
+        t.join(60)
+        v = got["v"]
+        assert v.passed, v.detail
+        ph = v.task.meta["filter"]["phases_s"]
+        assert ph["time_wait"] > 1.0 and ph["time"] < ph["time_wait"], ph  # not counted twice
     finally:
         f.close()
 

@@ -63,24 +63,34 @@ def _sync(device: str) -> None:
 
 
 @contextlib.contextmanager
-def _timing_lock() -> Iterator[None]:
+def _timing_lock(waited: dict[str, float] | None = None) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``$OPSYNTH_TIMING_LOCK`` (if set) while timing, so that
-    parallel filter workers sharing one GPU never time at the same moment."""
+    parallel filter workers sharing one GPU never time at the same moment; the seconds spent
+    waiting for it go to ``waited["s"]``."""
     path = os.environ.get("OPSYNTH_TIMING_LOCK")
     if not path:
         yield
         return
     from cuda_agent.records.filelock import exclusive_lock
 
+    t = time.monotonic()
     with exclusive_lock(path):
+        if waited is not None:
+            waited["s"] = waited.get("s", 0.0) + time.monotonic() - t
         yield
 
 
-def time_eager(model: Any, inputs: list[Any], device: str, budget_s: float) -> float:
+def time_eager(
+    model: Any,
+    inputs: list[Any],
+    device: str,
+    budget_s: float,
+    waited: dict[str, float] | None = None,
+) -> float:
     """Median eager time per forward in ms: the profiler's protocol when available, else a
     plain warm-up + ``perf_counter`` loop (CUDA synchronised). Serialised across processes by
-    ``$OPSYNTH_TIMING_LOCK`` when set."""
-    with _timing_lock():
+    ``$OPSYNTH_TIMING_LOCK`` when set (seconds waiting for it added to ``waited["s"]``)."""
+    with _timing_lock(waited):
         return _time_eager(model, inputs, device, budget_s)
 
 
@@ -123,9 +133,14 @@ class _Laps:
         self.t = time.monotonic()
         self.s: dict[str, float] = {}
 
-    def lap(self, name: str) -> None:
+    def lap(self, name: str, waited: float = 0.0) -> None:
+        """Close the current lap as ``name``; ``waited`` seconds of it go to ``<name>_wait``."""
         now = time.monotonic()
-        self.s[name] = round(self.s.get(name, 0.0) + now - self.t, 3)
+        spent = now - self.t
+        if waited > 0:
+            self.s[f"{name}_wait"] = round(self.s.get(f"{name}_wait", 0.0) + waited, 3)
+            spent -= waited
+        self.s[name] = round(self.s.get(name, 0.0) + spent, 3)
         self.t = now
 
 
@@ -249,13 +264,14 @@ def _run(source: str, cfg: ProbeConfig, laps: _Laps) -> dict[str, Any]:
     laps.lap("input_dependent")
 
     eager_ms = None
+    waited: dict[str, float] = {}
     if cfg.time and cfg.slow_ms is not None and first_ms > 2 * cfg.slow_ms:
         eager_ms = first_ms  # far too slow already: one (warm) forward is evidence enough
         passed.append("timed_once")
     elif cfg.time:
-        eager_ms = time_eager(model, inputs, cfg.device, cfg.time_budget_s)
+        eager_ms = time_eager(model, inputs, cfg.device, cfg.time_budget_s, waited)
         passed.append("timed")
-    laps.lap("time")
+    laps.lap("time", waited.get("s", 0.0))  # time_wait: for another worker's timing on this GPU
     outside = (
         cfg.window_ms is not None
         and eager_ms is not None
