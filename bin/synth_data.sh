@@ -74,10 +74,10 @@ opsynth dedup "$OUT/filtered.jsonl" ${KB:+--kernelbench "$KB"} -o "$OUT/deduped.
   --rejected "$OUT/dedup_rejected.jsonl" --resume
 
 if [ "$BASELINE" = 1 ]; then
-  log "baselines: $GPUS shard(s)"
+  log "baselines: one process per GPU, one task queue"
   pids=()
   for i in $(seq 0 $((GPUS - 1))); do
-    CUDA_VISIBLE_DEVICES=$(dev "$i") profiler baseline "$OUT/deduped.jsonl" --shard "$i/$GPUS" \
+    CUDA_VISIBLE_DEVICES=$(dev "$i") profiler baseline "$OUT/deduped.jsonl" --claim "$OUT/claims.baseline" \
       -o "$OUT/baselined.$i.jsonl" --resume 2> "$OUT/baseline.$i.log" &
     pids+=($!)
   done

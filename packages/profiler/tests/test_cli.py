@@ -72,6 +72,13 @@ def test_baseline_stream_errors_and_skip(tiny_src, tmp_path):
     assert d["kind"] == "task" and d["baseline"]["eager"]["median_ms"] > 0
     assert d["baseline"]["compile_mode"] == "none" and d["baseline"]["error"] is None
     assert list((tmp_path / "cache" / "baselines").glob("*.json"))
+    # one task queue shared by several processes: the first takes the task, a later one skips it
+    q = tmp_path / "queue"
+    first = _cli("baseline", "--compile-mode", "none", "--claim", q, *FAST, input=good, env=env)
+    again = _cli("baseline", "--compile-mode", "none", "--claim", q, *FAST, input=good, env=env)
+    assert first.returncode == 0 and len(first.stdout.strip().splitlines()) == 1, first.stderr
+    assert again.returncode == 0 and again.stdout == "", again.stderr
+    assert "1 taken by other processes or done" in again.stderr
 
 
 def test_ncu_fallback_and_from_csv(tiny_src, tmp_path):

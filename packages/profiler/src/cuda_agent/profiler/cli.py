@@ -15,6 +15,7 @@ import typer
 
 from cuda_agent.records import log
 from cuda_agent.records.cli_helpers import (
+    ClaimOpt,
     InputArg,
     OnErrorOpt,
     OutputOpt,
@@ -236,6 +237,7 @@ def baseline_cmd(
     resume: ResumeOpt = False,
     on_error: OnErrorOpt = "stop",  # type: ignore[assignment]
     shard: ShardOpt = None,
+    claim: ClaimOpt = None,
     device: DeviceOpt = "",
     compile_mode: Annotated[
         CompileMode, typer.Option("--compile-mode", help="torch.compile mode, or none.")
@@ -252,6 +254,7 @@ def baseline_cmd(
     """Fill ``Task.baseline`` (eager and torch.compile) for each task; one subprocess per task.
 
     Cached by (task hash, GPU, torch, protocol, compile mode) in $CUDA_AGENT_CACHE/baselines.
+    One process per GPU sharing ``--claim DIR`` splits a stream by who is free, not by hash.
     """
     from cuda_agent.records import Task
 
@@ -282,6 +285,7 @@ def baseline_cmd(
         on_error=on_error,
         expect=(Task,),
         shard=parse_shard(shard),
+        claim=claim,
         desc="tasks",
     )
 
