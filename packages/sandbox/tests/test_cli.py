@@ -55,6 +55,27 @@ def test_shards_partition_the_stream_and_bad_lines_are_emitted(tmp_path, cache_d
     assert len(p.stdout.splitlines()) == 1  # the record before the bad line is not lost
 
 
+def test_processes_sharing_a_claim_queue_evaluate_each_candidate_once(
+    tmp_path, cache_dir, scale_add_task
+):
+    """Two `sandbox eval --claim DIR` processes over one stream: every candidate evaluated by
+    exactly one of them; a third, later, finds nothing left."""
+    cands = [kb_candidate(scale_add_task, TORCH_OPS + f"\n# q{i}\n") for i in range(6)]
+    inp = tmp_path / "c.jsonl"
+    inp.write_bytes(b"".join(encode(c) for c in cands))
+    q = str(tmp_path / "queue")
+    cmd = [sys.executable, "-m", "cuda_agent.sandbox.cli", "eval", str(inp), "--backend", "cpu"]
+    cmd += ["--cache-dir", str(cache_dir), "--claim", q]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
+    procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e[-2000:] for _, e in outs]
+    ids = [json.loads(x)["solution_id"] for o, _ in outs for x in o.splitlines()]
+    assert sorted(ids) == sorted(c.solution.id for c in cands)  # each once, none lost
+    p = _eval(["--claim", q], inp, cache_dir)
+    assert p.returncode == 0 and p.stdout == "" and "6 skipped" in p.stderr, p.stderr[-2000:]
+
+
 def test_help_is_fast():
     p = subprocess.run(
         [sys.executable, "-m", "cuda_agent.sandbox.cli", "eval", "--help"],

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from cuda_agent.records.cli_helpers import (
+    ClaimOpt,
     InputArg,
     OnError,
     OnErrorOpt,
@@ -53,6 +54,7 @@ def eval_cmd(
     resume: ResumeOpt = False,
     on_error: OnErrorOpt = OnError.stop,
     shard: ShardOpt = None,
+    claim: ClaimOpt = None,
     gpus: Annotated[
         str | None,
         typer.Option(
@@ -169,6 +171,11 @@ def eval_cmd(
     done = done_keys(output) if (resume and output is not None) else set()
     if done:
         log(f"resume: {len(done)} results already in {output}")
+    claims = None
+    if claim is not None:  # several `sandbox eval` processes of a host share the stream
+        from cuda_agent.records.claims import Claims
+
+        claims = Claims(claim)
     source = str(input) if input is not None else "<stdin>"
     counts: dict[str, int] = {}
     stats = {"read": 0, "skipped": 0, "bad": 0, "written": 0}
@@ -195,6 +202,9 @@ def eval_cmd(
             if rec.key in done or not in_shard(rec.key, shard_t):
                 stats["skipped"] += 1
                 continue
+            if claims is not None and not claims.take(rec.key):  # another process has it
+                stats["skipped"] += 1
+                continue
             yield rec
 
     try:
@@ -215,6 +225,8 @@ def eval_cmd(
                 writer.write(res)
                 stats["written"] += 1
                 st = getattr(res, "status", None)
+                if claims is not None and st is not None:
+                    claims.done(res.key)  # after the result is written
                 key = st.value if st is not None else "error_record"
                 counts[key] = counts.get(key, 0) + 1
                 if st is not None:
