@@ -130,7 +130,7 @@ run_lane() {  # run_lane GPU SECTIONS...
     case "$s" in
       ppo-ds) [ "$lim" -gt 200 ] && lim=200 ;;
       profiler|guards) [ "$lim" -gt 150 ] && lim=150 ;;
-      sandbox-ab) [ "$lim" -gt 240 ] && lim=240 ;;
+      sandbox-ab) [ "$lim" -gt 280 ] && lim=280 ;;
       agent) [ "$lim" -gt 200 ] && lim=200 ;;
       kbeval) [ "$lim" -gt 450 ] && lim=450 ;;
       opsynth) [ "$lim" -gt "${OPSYNTH_CAP:-240}" ] && lim=${OPSYNTH_CAP:-240} ;;
