@@ -24,8 +24,8 @@ After a run whose summary step did not finish: ``gpu_run.py OUTDIR --resummarize
 rebuilds ``ours.json`` from the kept/rejected files (WALL_S: the filter pool's wall time).
 
 Writes OUTDIR/{ours,ops6k}.json (compose/filter statistics, throughput, funnel), the task
-files (composed, kept.*, rejected.*) and worker logs. Standard library, plus
-``cuda_agent.records`` for the task queue.
+files (composed, kept.*, rejected.*) and worker logs. Needs the packages on the path (the
+workers run ``python -m cuda_agent.opsynth.cli``).
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from cuda_agent.opsynth.workers import input_id, mark_done  # the workers' task queue
 
 T0 = time.monotonic()
 ENV = os.environ
@@ -81,6 +83,7 @@ PARTS = set(ENV.get("PARTS", ",".join(PART_NAMES)).split(","))  # which sets to 
 if not PARTS.issubset(PART_NAMES):
     sys.exit(f"PARTS={ENV['PARTS']!r}: expected a comma-separated subset of {PART_NAMES}")
 RESUME = ENV.get("RESUME", "0") == "1"
+
 RESERVE_S = 12.0  # kept at the end for stopping workers and writing the summaries
 
 # filter reasons -> the check that raised them, in the order the probe runs the checks
@@ -334,19 +337,6 @@ def earlier_calls(out: Path, name: str) -> list[dict[str, Any]]:
     return json.loads(f.read_text()) if RESUME and f.exists() else []
 
 
-def mark_done(claims_dir: Path, finished: list[dict]) -> None:
-    """Mark every task that has a record in the workers' files done in the queue, so a resumed
-    run skips it even if the queue directory was lost or predates it (a run made with shards)."""
-    from cuda_agent.records.claims import Claims  # importable wherever the workers' CLI is
-
-    q = Claims(claims_dir)
-    for t in finished:
-        info = t["meta"].get("filter") or t["meta"].get("rejected") or {}
-        key = info.get("input_id") or t["id"]
-        if q.take(key):
-            q.done(key)
-
-
 def filter_set(
     name: str, src: Path, out: Path, budget_s: float, extra: list[str]
 ) -> dict[str, Any]:
@@ -358,7 +348,8 @@ def filter_set(
         shutil.rmtree(claims, ignore_errors=True)
     else:
         kept, rej = worker_outputs(out, name)
-        mark_done(claims, kept + rej)
+        # the records are the truth: a lost queue, or one from a run made with shards, is rebuilt
+        mark_done(claims, [input_id(t) for t in kept + rej])
         if len(kept) + len(rej) >= len(tasks):
             log(f"filter {name}: all {len(tasks)} tasks done in earlier calls")
             return summarize_calls(name, kept, rej, len(tasks), calls, extra, w)

@@ -170,6 +170,39 @@ def test_filter_cli_counts_reasons_and_writes_rejected(tmp_path):
     assert len(out.read_text().splitlines()) == 1 and len(rej.read_text().splitlines()) == 2
 
 
+def test_filter_workers_share_a_queue_merge_and_resume(tmp_path):
+    """``--workers 2``: each task checked once, outputs merged into -o / --rejected, nothing
+    left behind; a run stopped with a worker's part file half written resumes from it."""
+    inp = tmp_path / "in.jsonl"
+    rej = tmp_path / "rej.jsonl"
+    out = tmp_path / "out.jsonl"
+    tasks = [GOOD, BAD["constant_output"], BAD["rng_consumed"]]
+    inp.write_text("".join(json.dumps(__import__("msgspec").to_builtins(t)) + "\n" for t in tasks))
+    cmd = [sys.executable, "-m", "cuda_agent.opsynth.cli", "filter", str(inp), "--no-compile"]
+    cmd += ["--min-ms", "0", "-o", str(out), "--rejected", str(rej), "--timeout", "30"]
+    p = subprocess.run(cmd + ["--workers", "2"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "2 workers wrote 3 records" in p.stderr, p.stderr
+    kept = [json.loads(x) for x in out.read_text().splitlines()]
+    dropped = [json.loads(x) for x in rej.read_text().splitlines()]
+    assert [t["name"] for t in kept] == ["good"] and len(dropped) == 2
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["in.jsonl", "out.jsonl", "rej.jsonl"]
+    # stopped: the kept record only in a worker's part file, followed by half a line
+    good_line = out.read_text()
+    out.write_text("")
+    (tmp_path / "out.jsonl.part0").write_text(good_line + good_line[:30])
+    p = subprocess.run(
+        cmd + ["--workers", "2", "--resume"], capture_output=True, text=True, timeout=300
+    )
+    assert p.returncode == 0, p.stderr
+    assert "merged 1 records" in p.stderr and "resume: 3 tasks" in p.stderr, p.stderr
+    assert out.read_text() == good_line and len(rej.read_text().splitlines()) == 2
+    p = subprocess.run(  # stdin cannot be shared: refused
+        [*cmd[:4], "--workers", "2", "-o", str(out)], input="", capture_output=True, text=True
+    )
+    assert p.returncode == 2 and "--workers needs an input file" in p.stderr
+
+
 def test_shrink_halves_size_constants_consistently():
     from cuda_agent.opsynth.shrink import input_numel, shrink_source
 

@@ -283,6 +283,14 @@ def filter_cmd(
             "--rejected", "--dropped", help="Append every dropped task (with reason) here."
         ),
     ] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            help="Filter processes sharing one task queue (needs an input file and -o); on cuda "
+            "they share this process's GPU, timings serialised.",
+        ),
+    ] = 1,
 ) -> None:
     """Keep tasks that run in eager and compiled mode, are deterministic, depend on their inputs,
     give finite non-constant outputs and whose eager time is inside the backend's window.
@@ -293,9 +301,35 @@ def filter_cmd(
     Example: opsynth compose --n 50 --size cpu | opsynth filter --backend cpu --no-compile
     --rejected dropped.jsonl > kept.jsonl
 
-    Parallel workers on one input: start several with the same ``--claim DIR`` and their own
-    ``-o`` / ``--rejected`` files (a task goes to the first free worker).
+    Parallel workers: ``--workers 12 composed.jsonl -o kept.jsonl --rejected dropped.jsonl``
+    (one queue, outputs merged; a stopped run resumes with ``--resume``), or start processes
+    yourself with the same ``--claim DIR`` and their own ``-o`` / ``--rejected`` files.
     """
+    if workers > 1:
+        from .workers import run_workers
+
+        if input is None or str(input) == "-" or output is None:
+            raise fail("--workers needs an input file and -o FILE")
+        if claim is not None:
+            raise fail("--workers makes its own queue: drop --claim")
+        child = [str(input), "--backend", backend, "--on-error", on_error.value]
+        child += ["--compile" if compile_check else "--no-compile"]
+        child += ["--compile-backend", compile_backend, "--timeout", str(timeout)]
+        child += ["--mem-gb", str(mem_gb), "--isolation", isolation, "--mode", mode]
+        child += ["--rescale" if rescale else "--no-rescale", "--threads", str(threads)]
+        child += ["--time-budget", str(time_budget)]
+        for flag, value in (
+            ("--min-ms", min_ms),
+            ("--max-ms", max_ms),
+            ("--shrink", shrink),
+            ("--shard", shard),
+        ):
+            if value is not None:
+                child += [flag, str(value)]
+        code = run_workers(workers, child, output, rejected, resume, backend)
+        if code:
+            raise typer.Exit(code)
+        return
     from cuda_agent.records.cli_helpers import parse_shard, run_stream
     from cuda_agent.records.jsonl import RecordWriter, load_records, repair_tail
     from cuda_agent.records.types import Task
