@@ -54,11 +54,12 @@ fi
 # every worker reads the whole composed file and takes the next task nobody has claimed
 # ($OUT/claims.filter); a rerun skips the claimed-and-done tasks and redoes the interrupted ones
 log "filter: $GPUS GPU(s) x $WPG worker(s), $MEM_GB GB per task, one task queue"
+OUT_ABS=$(cd "$OUT" && pwd)
 pids=()
 for i in $(seq 0 $((GPUS - 1))); do
   for j in $(seq 0 $((WPG - 1))); do
     CUDA_VISIBLE_DEVICES=$(dev "$i") \
-    OPSYNTH_TIMING_LOCK=$([ "$BACKEND" = cuda ] && echo "$(cd "$OUT" && pwd)/timing.$i.lock" || echo "") \
+    OPSYNTH_TIMING_LOCK=$([ "$BACKEND" = cuda ] && echo "$OUT_ABS/timing.$i.lock" || echo "") \
       opsynth filter "$OUT/composed.jsonl" --backend "$BACKEND" $COMPILE_FLAG --claim "$OUT/claims.filter" \
         --mem-gb "$MEM_GB" -o "$OUT/filtered.$i.$j.jsonl" --rejected "$OUT/rejected.$i.$j.jsonl" --resume \
         2> "$OUT/filter.$i.$j.log" &

@@ -43,7 +43,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from cuda_agent.opsynth.workers import input_id, mark_done  # the workers' task queue
+from cuda_agent.opsynth.workers import mark_done, record_input_id  # the workers' task queue
 
 T0 = time.monotonic()
 ENV = os.environ
@@ -349,7 +349,7 @@ def filter_set(
     else:
         kept, rej = worker_outputs(out, name)
         # the records are the truth: a lost queue, or one from a run made with shards, is rebuilt
-        mark_done(claims, [input_id(t) for t in kept + rej])
+        mark_done(claims, [record_input_id(t) for t in kept + rej])
         if len(kept) + len(rej) >= len(tasks):
             log(f"filter {name}: all {len(tasks)} tasks done in earlier calls")
             return summarize_calls(name, kept, rej, len(tasks), calls, extra, w)

@@ -266,9 +266,8 @@ def main() -> int:
             f"lengths {ours['compose']['lengths']}",
             "",
         ]
-        sets = {"ours": ours}
-        if o6 and "skipped" not in o6:
-            sets["Ops-6K sample"] = o6
+        sets = sets_of(ours, o6)
+        if "Ops-6K sample" in sets:
             e6 = o6.get("env") or {}
             if (e6.get("date_utc"), e6.get("git_commit")) != (
                 e.get("date_utc"),

@@ -201,6 +201,8 @@ def test_filter_workers_share_a_queue_merge_and_resume(tmp_path):
         [*cmd[:4], "--workers", "2", "-o", str(out)], input="", capture_output=True, text=True
     )
     assert p.returncode == 2 and "--workers needs an input file" in p.stderr
+    p = subprocess.run(cmd + ["--workers", "0"], capture_output=True, text=True)
+    assert p.returncode == 2 and "--workers" in p.stderr  # not silently one worker
 
 
 def test_shrink_halves_size_constants_consistently():

@@ -287,6 +287,7 @@ def filter_cmd(
         int,
         typer.Option(
             "--workers",
+            min=1,
             help="Filter processes sharing one task queue (needs an input file and -o); on cuda "
             "they share this process's GPU, timings serialised.",
         ),
@@ -334,7 +335,7 @@ def filter_cmd(
     from cuda_agent.records.jsonl import RecordWriter, load_records, repair_tail
     from cuda_agent.records.types import Task
 
-    from .filter import WINDOWS_MS, FilterConfig, TaskFilter
+    from .filter import WINDOWS_MS, FilterConfig, TaskFilter, input_id
 
     if backend not in WINDOWS_MS:
         raise fail(f"--backend must be cpu or cuda, got {backend!r}")
@@ -367,7 +368,7 @@ def filter_cmd(
                 repair_tail(path)  # a worker stopped mid-write leaves half a line
                 for t in load_records(path):
                     if isinstance(t, Task):
-                        already.add(t.meta.get("filter", {}).get("input_id", t.id))
+                        already.add(input_id(t.meta, t.id))
     tf = TaskFilter(cfg)
     rej = RecordWriter(rejected) if rejected is not None else None
 

@@ -72,6 +72,12 @@ class Verdict:
 OOM_SHRINK = 1 / 8  # batch factor tried after an out-of-memory failure
 
 
+def input_id(meta: dict[str, Any], task_id: str) -> str:
+    """The id of the input task a filter record (kept or rejected) came from: a kept task that
+    was rescaled has a new id, ``meta.filter.input_id`` keeps the original."""
+    return str((meta.get("filter") or {}).get("input_id") or task_id)
+
+
 def upscale_memory_cap(factor: float, peak_gib: float | None, mem_gb: float | None) -> float:
     """``factor`` limited so a batch that many times larger should use at most half the memory
     cap (peak memory grows about linearly with the batch): an upscale that would run out of

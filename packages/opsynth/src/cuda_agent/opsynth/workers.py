@@ -42,11 +42,11 @@ def merge_parts(path: Path) -> int:
     return n
 
 
-def input_id(record: dict) -> str:
-    """The id of the input task a filter record (kept or rejected) came from: a rescaled kept
-    task has a new id, ``meta.filter.input_id`` keeps the original."""
-    info = (record.get("meta") or {}).get("filter") or {}
-    return str(info.get("input_id") or record.get("id"))
+def record_input_id(record: dict) -> str:
+    """:func:`.filter.input_id` of a filter record read as JSON."""
+    from .filter import input_id
+
+    return input_id(record.get("meta") or {}, str(record.get("id")))
 
 
 def mark_done(queue: Path, keys: list[str]) -> None:
@@ -67,7 +67,7 @@ def _input_ids(path: Path) -> list[str]:
     ids = []
     for line in path.read_text().splitlines():
         try:
-            ids.append(input_id(json.loads(line)))
+            ids.append(record_input_id(json.loads(line)))
         except ValueError:
             continue
     return ids

@@ -346,25 +346,27 @@ def build_workdir(
         with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(todo)))) as ex:
             list(ex.map(compile_one, todo))
     for u in todo:
-        if heavy := u.heavy:
-            if u.headers == "stand-in":
-                notes.append(
-                    f"note: {u.rel} includes <{'>, <'.join(heavy)}>: compiled with the sandbox's"
-                    " stand-in (the precompiled prelude's headers), not the umbrella header."
-                )
-            elif u.headers == "real (C++ frontend)":
-                notes.append(
-                    f"note: {u.rel} uses the C++ frontend (torch::nn, optim, ...): compiled with"
-                    f" the real <{'>, <'.join(heavy)}>, parsed again on every compile of this file"
-                    " (more than twice the time of a binding without it)."
-                )
-            else:
-                notes.append(
-                    f"note: {u.rel} includes <{'>, <'.join(heavy)}> and needs more than the"
-                    " precompiled prelude declares: compiled with the real header, parsed again on"
-                    " every compile of this file (more than twice the time). Include"
-                    " <torch/types.h> and <torch/csrc/utils/pybind.h> (plus what you use) instead."
-                )
+        if not u.heavy:
+            continue
+        inc = "<" + ">, <".join(u.heavy) + ">"
+        if u.headers == "stand-in":
+            notes.append(
+                f"note: {u.rel} includes {inc}: compiled with the sandbox's stand-in (the"
+                " precompiled prelude's headers), not the umbrella header."
+            )
+        elif u.headers == "real (C++ frontend)":
+            notes.append(
+                f"note: {u.rel} uses the C++ frontend (torch::nn, optim, ...): compiled with the"
+                f" real {inc}, parsed again on every compile of this file (more than twice the"
+                " time of a binding without it)."
+            )
+        else:
+            notes.append(
+                f"note: {u.rel} includes {inc} and needs more than the precompiled prelude"
+                " declares: compiled with the real header, parsed again on every compile of this"
+                " file (more than twice the time). Include <torch/types.h> and"
+                " <torch/csrc/utils/pybind.h> (plus what you use) instead."
+            )
     if pch_dir is not None:
         why = next((w for u in units if u.kind == "binding" and (w := pch_rejection(u.log))), None)
         if why:
