@@ -41,6 +41,9 @@ sec_sandbox-ab() {  # one fused task, workdir + kernelbench candidates (strict g
   # with the faster linker on cuda too: section A passing is what makes it the default there
   CUDA_AGENT_LINKER=${CUDA_AGENT_LINKER:-fast} SECTIONS=A,B python3 packages/sandbox/benchmarks/gpu_check.py "$1" "$(( $2 - 10 ))"
 }
+sec_sandbox-b() {  # compile times only (section B), with the load_inline comparison
+  SECTIONS=B python3 packages/sandbox/benchmarks/gpu_check.py "$1" "$(( $2 - 10 ))"
+}
 sec_sandbox-d1() {  # throughput batch on one GPU
   SECTIONS=D D_N=${D_N:-20} D_TAG=D1 D_GPUS=0 python3 packages/sandbox/benchmarks/gpu_check.py "$1" "$(( $2 - 10 ))"
 }
@@ -130,7 +133,7 @@ run_lane() {  # run_lane GPU SECTIONS...
     case "$s" in
       ppo-ds) [ "$lim" -gt 200 ] && lim=200 ;;
       profiler|guards) [ "$lim" -gt 150 ] && lim=150 ;;
-      sandbox-ab) [ "$lim" -gt 280 ] && lim=280 ;;
+      sandbox-ab|sandbox-b) [ "$lim" -gt 280 ] && lim=280 ;;
       agent) [ "$lim" -gt 200 ] && lim=200 ;;
       kbeval) [ "$lim" -gt 450 ] && lim=450 ;;
       opsynth) [ "$lim" -gt "${OPSYNTH_CAP:-240}" ] && lim=${OPSYNTH_CAP:-240} ;;
