@@ -314,7 +314,7 @@ def main() -> int:
             ]
             for r, n in o6["reasons"].items():
                 ex = "; ".join(
-                    f"row {x.get('row', '?')} `{x['name']}`: {x['detail'][:120]}".replace(
+                    f"row {x.get('row', '?')} `{x['name']}`: {' '.join(x['detail'].split())[:120]}".replace(
                         "|", "\\|"
                     )
                     for x in o6["examples"].get(r, [])[:2]

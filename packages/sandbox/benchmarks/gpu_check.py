@@ -188,6 +188,9 @@ def section_b() -> None:
     root = Path(tempfile.mkdtemp(prefix="cbench-"))
     cu2 = WD_FILES["kernels/fused.cu"] + "\n// warm change\n"
     REPORT["B"] = b  # saved after every measurement: a section cut at its limit keeps what it has
+    if os.environ.get("B_ONLY_INLINE"):
+        _b_inline(b, env, root)
+        return
     b["linker"] = flags_for("cuda").linker
     log(
         f"  linker for cuda modules: {b['linker']} (CUDA_AGENT_LINKER={os.environ.get('CUDA_AGENT_LINKER')})"
@@ -266,7 +269,12 @@ def section_b() -> None:
     if left() < 150 or os.environ.get("B_NO_INLINE"):
         REPORT["B"] = b
         return
-    # load_inline: plain (fresh TORCH_EXTENSIONS_DIR) vs ours (content-keyed cache), cold and warm
+    _b_inline(b, env, root)
+
+
+def _b_inline(b: dict, env: dict, root: Path) -> None:
+    """load_inline: plain (fresh TORCH_EXTENSIONS_DIR) vs ours (content-keyed cache), cold and
+    warm; each of ours says which builds its compile stage saw (an empty list: no build ran there)."""
     kb2 = KB_SRC.replace("kb_fused_ext", "kb_fused_ext_bench")
     (root / "kb.py").write_text(kb2)
     ext_env = dict(env, TORCH_EXTENSIONS_DIR=str(root / "torch_ext"))
@@ -284,12 +292,16 @@ def section_b() -> None:
         "seconds": round(p1.stages.get("compile", -1), 2),
         "ok": bool(p1.compile and p1.compile.ok),
         "log": (p1.compile.log_tail if p1.compile else "")[-800:],
+        "builds": p1.meta.get("build"),
+        "stages": p1.stages,
+        "result": p1.result.message if p1.result else None,
     }
     p2 = prepare(kb(kb2), cfg, backend="cuda")
     b["ours_kb_warm"] = {
         "seconds": round(p2.stages.get("compile", -1), 2),
         "ok": bool(p2.compile and p2.compile.ok),
         "cached": bool(p2.compile and p2.compile.cached),
+        "builds": p2.meta.get("build"),
     }
     for p in (p1, p2):
         if p.root:
