@@ -272,6 +272,36 @@ def section_b() -> None:
     _b_inline(b, env, root)
 
 
+def _kb_diagnosis(p) -> dict:
+    """What the compile stage left behind when it saw no build: its files, report, the module it
+    imported, and the same op run again unconfined (as this process's user)."""
+    d: dict = {}
+    root = Path(p.root)
+    d["files"] = sorted(str(x.relative_to(root)) for x in root.rglob("*"))[:80]
+    for rel in ("tmp_compile/compile.report.json", "compile.spec.json"):
+        f = root / rel
+        d[rel] = f.read_text()[:3000] if f.exists() else None
+    mn = Path(p.work) / "model_new.py"
+    d["model_new_head"] = mn.read_text()[:400] if mn.exists() else None
+    spec = root / "compile.spec.json"
+    if spec.exists():
+        sp = json.loads(spec.read_text())
+        sp["report"] = str(root / "diag.report.json")
+        (root / "diag.spec.json").write_text(json.dumps(sp))
+        r = subprocess.run(
+            [sys.executable, "-m", "cuda_agent.sandbox.runner", str(root / "diag.spec.json")],
+            cwd=p.work,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        d["unconfined_rc"] = r.returncode
+        d["unconfined_stderr"] = r.stderr[-2000:]
+        rep = root / "diag.report.json"
+        d["unconfined_report"] = rep.read_text()[:3000] if rep.exists() else None
+    return d
+
+
 def _b_inline(b: dict, env: dict, root: Path) -> None:
     """load_inline: plain (fresh TORCH_EXTENSIONS_DIR) vs ours (content-keyed cache), cold and
     warm; each of ours says which builds its compile stage saw (an empty list: no build ran there)."""
@@ -296,6 +326,8 @@ def _b_inline(b: dict, env: dict, root: Path) -> None:
         "stages": p1.stages,
         "result": p1.result.message if p1.result else None,
     }
+    if not (p1.meta.get("build") or {}).get("kernelbench") and p1.root:
+        b["ours_kb_cold"]["diagnosis"] = _kb_diagnosis(p1)
     p2 = prepare(kb(kb2), cfg, backend="cuda")
     b["ours_kb_warm"] = {
         "seconds": round(p2.stages.get("compile", -1), 2),
