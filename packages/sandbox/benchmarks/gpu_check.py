@@ -186,6 +186,7 @@ def section_b() -> None:
     if "CUDA_HOME" not in env and cuda_home():  # the toolkit ours uses (torch may guess another)
         env["CUDA_HOME"] = str(cuda_home())
     root = Path(tempfile.mkdtemp(prefix="cbench-"))
+    os.chmod(root, 0o755)  # our kernelbench cache lives under it: the sandbox's user must reach it
     cu2 = WD_FILES["kernels/fused.cu"] + "\n// warm change\n"
     REPORT["B"] = b  # saved after every measurement: a section cut at its limit keeps what it has
     if os.environ.get("B_ONLY_INLINE"):

@@ -141,6 +141,7 @@ def eval_cmd(
     from cuda_agent.records.jsonl import DecodeError, RecordWriter, done_keys, read_records
 
     from .config import SandboxConfig
+    from .evaluate import cache_root
     from .pool import SandboxPool, parse_gpus
 
     if resume and output is None:
@@ -168,6 +169,10 @@ def eval_cmd(
         workers_per_gpu=workers_per_gpu,
         rerun_alone=rerun_alone,
     )
+    try:  # a cache the sandbox's user cannot reach would fail every candidate: say so once
+        cache_root(cfg)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--cache-dir") from None
     done = done_keys(output) if (resume and output is not None) else set()
     if done:
         log(f"resume: {len(done)} results already in {output}")

@@ -103,21 +103,33 @@ class _RefState:
 
 
 def cache_root(config: SandboxConfig) -> Path:
-    """The cache directory; when candidates run under another uid it must be reachable by it."""
+    """The cache directory; when candidates run under another uid it is reachable by it (the
+    default moves to the system temporary directory; a ``cache_dir`` that is not raises
+    ``ValueError`` saying which parent blocks it)."""
+    drop = config.drop_user and caps().drop_user
     if config.cache_dir:
-        return Path(config.cache_dir)
+        d = Path(config.cache_dir)
+        if drop and (blocker := unreachable_parent(d)) is not None:
+            raise ValueError(
+                f"cache directory {d} is not reachable by the unprivileged user candidates run "
+                f"as: {blocker} has mode {blocker.stat().st_mode & 0o777:o} (needs o+x); "
+                f"use a directory whose parents are all world-executable, or chmod o+x {blocker}"
+            )
+        return d
     d = default_cache_dir()
-    if config.drop_user and caps().drop_user and not _world_reachable(d):
+    if drop and unreachable_parent(d) is not None:
         d = Path(tempfile.gettempdir()) / "cuda-agent-sandbox-cache"
     return d
 
 
-def _world_reachable(p: Path) -> bool:
+def unreachable_parent(p: Path) -> Path | None:
+    """The first existing directory on ``p``'s path (``p`` included) that other users cannot
+    traverse (no o+x), or None when a process of another uid can reach ``p``."""
     p = p.resolve()
     for parent in [p, *p.parents]:
         if parent.exists() and not (parent.stat().st_mode & 0o001):
-            return False
-    return True
+            return parent
+    return None
 
 
 def _shared_dir(p: Path) -> Path:
@@ -463,6 +475,22 @@ def _prepare(p: Prepared, slot: int) -> None:
             ok=False, seconds=out.seconds, log_tail=cap_text(out.stderr, LOG_TAIL)
         )
         p.result = _result(p, Status.RUNTIME_ERROR, f"importing model_new.py: {out.describe()}")
+    elif not rep.get("ok", True):
+        # the op catches the candidate's own import errors; what escapes it is ours (e.g. a
+        # build cache the unprivileged user cannot write): never a silent "compiled"
+        err = rep.get("error") or {}
+        p.compile = CompileDetail(
+            ok=False,
+            seconds=out.seconds,
+            log_tail=cap_text(str(err.get("traceback", "")), LOG_TAIL),
+        )
+        p.result = _result(
+            p,
+            Status.INFRA_ERROR,
+            f"sandbox error in the compile process: {err.get('type')}: {err.get('message', '')}"[
+                :2000
+            ],
+        )
     else:
         note = (
             ""
