@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,11 @@ def cache_dir(tmp_path_factory) -> Path:
     env = os.environ.get("CUDA_AGENT_SANDBOX_TEST_CACHE")
     d = Path(env) if env else tmp_path_factory.mktemp("sandbox-cache")
     d.mkdir(parents=True, exist_ok=True)
+    if not env:  # pytest's temporary dirs are 0700: let the sandbox's unprivileged user through
+        for parent in (d, *d.parents):
+            if parent == Path(tempfile.gettempdir()):
+                break
+            parent.chmod(parent.stat().st_mode | 0o111)
     os.environ.setdefault("CUDA_AGENT_CACHE", str(d / "profiler"))  # baselines of the profiler
     return d
 

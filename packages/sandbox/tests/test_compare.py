@@ -82,6 +82,22 @@ def test_fast_path_gives_the_exact_verdict(monkeypatch):
     nan[3] = float("nan")
     small = torch.randn(4096, generator=g) * 1e-3
     cases += [(r, edge), (r, over), (r, nan), (nan, nan.clone()), (small, small * 0.5)]
+    wrong = []  # clearly incorrect outputs, the common failure: the fast path decides them
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        rr = torch.randn(4096, generator=g).to(dtype)
+        one = rr.clone()
+        one[100] = rr[100] + 1
+        wrong += [(rr, (rr.float() * 0.5 + 0.25).to(dtype)), (rr, one), (rr, torch.zeros_like(rr))]
+    for ref, cand in wrong:
+        decided = cmp._compare_float_fast("out", ref, cand, TOL)
+        assert decided is not None and not decided.passed, ref.dtype
+        with monkeypatch.context() as m:
+            m.setattr(cmp, "_compare_float_fast", lambda *a: None)
+            exact = cmp.compare(ref, cand, TOL)
+        assert not exact.passed
+        # same message (the count of elements outside, the largest error to 3 digits)
+        assert decided.message == exact.message, (decided.message, exact.message)
+    cases += wrong
     for ref, cand in cases:
         fast = cmp.compare(ref, cand, TOL)
         with monkeypatch.context() as m:
