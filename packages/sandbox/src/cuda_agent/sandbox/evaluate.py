@@ -272,6 +272,14 @@ def _error_text(out: Outcome, report: dict[str, Any]) -> str:
     return cap_text(f"{out.describe()}\n{out.stderr.strip()}", LOG_TAIL)
 
 
+def failed_in_setup(report: dict[str, Any]) -> bool:
+    """True when a candidate-side process (verify, time) failed in the sandbox's own set-up,
+    before it imported the candidate's module: its report exists, says not ok, and has no
+    ``stage`` yet (the runner sets ``stage`` to ``load`` just before that import). Such a
+    failure is ours (or the machine's), not the candidate's."""
+    return bool(report) and report.get("ok") is False and "stage" not in report
+
+
 OUTPUT_CHECK_BYTES = 2 << 30  # the guards' cross-trial output checks hold all outputs at once
 
 
@@ -936,10 +944,17 @@ def _run_on_device(
         )
     if out.returncode != 0 or not rep.get("ok"):
         corr.message = _error_text(out, rep)
-        status = Status.RUNTIME_ERROR
+        if failed_in_setup(rep):
+            return _result(
+                p,
+                Status.INFRA_ERROR,
+                "sandbox error before the candidate's code ran (verification): "
+                + corr.message.splitlines()[0][:500],
+                correctness=corr,
+            )
         return _result(
             p,
-            status,
+            Status.RUNTIME_ERROR,
             f"candidate failed ({out.describe()}): " + corr.message.splitlines()[0][:500]
             if corr.message
             else out.describe(),
@@ -1001,6 +1016,14 @@ def _run_on_device(
             correctness=corr,
         )
     if out.returncode != 0 or not rep.get("ok"):
+        if failed_in_setup(rep):
+            return _result(
+                p,
+                Status.INFRA_ERROR,
+                "sandbox error before the candidate's code ran (timing): "
+                + _error_text(out, rep).splitlines()[0][:500],
+                correctness=corr,
+            )
         return _result(
             p,
             Status.RUNTIME_ERROR,

@@ -1,6 +1,7 @@
-"""The cache must be reachable by the unprivileged user candidates run as; when our own code fails
-in a candidate's process, the verdict is ``infra_error``, never a silent pass or the candidate's
-fault (found on the H200: a private ``--cache-dir`` made every KernelBench build go unseen)."""
+"""Failures of the sandbox's own making are ``infra_error``, never a silent pass or the
+candidate's fault: a cache the unprivileged user cannot reach (found on the H200: a private
+``--cache-dir`` made every KernelBench build go unseen), our code failing in the compile process,
+a verify process failing before it imports the candidate's module."""
 
 from __future__ import annotations
 
@@ -76,3 +77,45 @@ def test_our_failure_in_the_compile_process_is_an_infra_error(tmp_path, scale_ad
     assert p.result.status == Status.INFRA_ERROR
     assert "compile process" in p.result.message and "PermissionError" in p.result.message
     assert p.compile is not None and not p.compile.ok
+
+
+def _run_candidate_op(tmp_path, ref_src: str | None, model_new: str) -> dict:
+    """One real `candidate` op of the runner (unconfined), returning its report."""
+    import json
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "model_new.py").write_text(model_new)
+    ref = work / "model.py"
+    if ref_src is not None:
+        ref.write_text(ref_src)
+    spec = {
+        "op": "candidate", "device": "cpu", "backend": "cpu", "format": "kernelbench",
+        "guard_policy": "off", "ref_path": str(ref), "workdir": str(work),
+        "io_dir": str(tmp_path), "trials": [], "report": str(tmp_path / "report.json"),
+    }  # fmt: skip
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    subprocess.run(
+        [sys.executable, "-m", "cuda_agent.sandbox.runner", str(tmp_path / "spec.json")],
+        capture_output=True, timeout=300, cwd=work,
+    )  # fmt: skip
+    return json.loads((tmp_path / "report.json").read_text())
+
+
+def test_a_failure_before_the_candidates_code_is_told_apart(tmp_path, scale_add_task):
+    from cuda_agent.sandbox.evaluate import failed_in_setup
+
+    # the sandbox's own set-up fails (its reference file is missing): not the candidate's fault
+    setup = _run_candidate_op(_mk(tmp_path / "a"), None, KB_WITH_LOAD_INLINE)
+    assert setup["ok"] is False and failed_in_setup(setup), setup
+    # the candidate's module raises on import: the candidate's fault
+    mine = _run_candidate_op(
+        _mk(tmp_path / "b"), scale_add_task.ref_code, "raise RuntimeError('mine')\n"
+    )
+    assert mine["ok"] is False and mine.get("stage") == "load" and not failed_in_setup(mine)
+    assert "mine" in mine["error"]["message"]
+
+
+def _mk(path):
+    path.mkdir()
+    return path
