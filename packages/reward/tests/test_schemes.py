@@ -120,3 +120,8 @@ def test_apply_fills_result_and_trajectory():
     t = msgspec.structs.replace(t, eval_result=None)
     out = apply(t)
     assert out.reward == -1.0 and out.reward_reason == "no solution evaluated"
+
+
+def test_an_infra_error_says_the_sandbox_failed():
+    r = score(result(0, Status.INFRA_ERROR))
+    assert r.value == -1.0 and r.reason.startswith("infra_error: the sandbox failed")

@@ -36,3 +36,30 @@ def test_schedule_is_deterministic_and_shuffles_per_epoch():
     e1 = [a.step_batches(s)[0][0] for s in range(10, 20)]
     assert e0 == [b.step_batches(s)[0][0] for s in range(10)]
     assert sorted(e0) == sorted(e1) == list(range(10)) and e0 != e1
+
+
+def test_value_targets_leave_out_episodes_the_sandbox_failed(tmp_path, capsys):
+    """An infra_error episode's -1 is the sandbox's failure, not a value: the critic's data
+    (need_reward) leaves it out and says so; the same file without rewards needed keeps it."""
+    import msgspec
+
+    from cuda_agent.records import Status
+    from cuda_agent.records.examples import trajectory
+    from cuda_agent.records.jsonl import encode
+    from cuda_agent.rft.data import load_examples
+
+    good = msgspec.structs.replace(trajectory(0), reward=1.0)
+    t1 = trajectory(1)
+    bad = msgspec.structs.replace(
+        t1,
+        id="infra",
+        reward=-1.0,
+        eval_result=msgspec.structs.replace(t1.eval_result, status=Status.INFRA_ERROR),
+    )
+    assert bad.infra_failed and not good.infra_failed
+    f = tmp_path / "t.jsonl"
+    f.write_bytes(encode(good) + encode(bad))
+    kept = load_examples(f, max_len=64, need_reward=True)
+    assert [e.reward for e in kept] == [1.0]
+    assert "1 trajectories whose evaluation failed in the sandbox" in capsys.readouterr().err
+    assert len(load_examples(f, max_len=64)) == 2

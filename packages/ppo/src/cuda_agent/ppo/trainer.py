@@ -369,8 +369,12 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
         with RecordWriter(path) as w:
             for t in trajs:
                 w.write(t)
+        # an episode whose evaluation the sandbox itself failed carries no learning signal
+        infra = [t for t in trajs if t.infra_failed]
+        trajs = [t for t in trajs if not t.infra_failed]
         rows = [r for part in _gather([_episode_row(t) for t in trajs], dist) for r in part]
         metrics = _episode_stats(rows)
+        metrics["infra_excluded"] = float(sum(_gather(len(infra), dist)))
         all_times = _gather(times, dist)
         for k in times:
             metrics[k] = sum(x[k] for x in all_times) / len(all_times)  # mean over ranks

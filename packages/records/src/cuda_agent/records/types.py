@@ -244,6 +244,12 @@ class Trajectory(_Record, tag="trajectory"):
     def key(self) -> str:
         return self.id
 
+    @property
+    def infra_failed(self) -> bool:
+        """The sandbox, not the policy, failed this episode's evaluation (``infra_error``): its
+        reward says nothing about the policy, so training leaves the episode out."""
+        return self.eval_result is not None and self.eval_result.status == Status.INFRA_ERROR
+
 
 class ErrorRecord(_Record, tag="error"):
     """Passed downstream by ``--on-error emit`` in place of a line that could not be processed."""

@@ -66,6 +66,10 @@ def beats(speedup: float | None, threshold: float) -> bool:
 def _failure(result: EvalResult) -> Reward | None:
     if result.status is Status.OK:
         return None
+    if result.status is Status.INFRA_ERROR:  # the value stays -1 for consumers that do not filter
+        return Reward(
+            -1.0, "infra_error: the sandbox failed, not the candidate (no learning signal)"
+        )
     if result.status is Status.GUARD_VIOLATION:
         codes = sorted({g.code for g in result.guards if g.severity == "reject"})
         return Reward(-1.0, "guard_violation: " + (",".join(codes) or "unspecified"))

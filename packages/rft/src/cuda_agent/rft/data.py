@@ -60,10 +60,11 @@ def load_examples(
 
     Examples longer than ``max_len`` or with fewer than ``min_policy_tokens`` policy tokens are
     left out and counted on stderr (never silently); a malformed line raises ``DecodeError``.
-    With ``need_reward`` a trajectory without a reward is an error.
+    With ``need_reward`` a trajectory without a reward is an error, and one whose evaluation
+    failed in the sandbox (``infra_error``) is left out and counted: its reward is no value.
     """
     out: list[Example] = []
-    too_long = few = other = 0
+    too_long = few = other = infra = 0
     for n, rec in read_records(path):
         if isinstance(rec, DecodeError):
             raise rec
@@ -72,6 +73,9 @@ def load_examples(
             continue
         if need_reward and rec.reward is None:
             raise ValueError(f"line {n}: trajectory {rec.id} has no reward (run `reward score`)")
+        if need_reward and rec.infra_failed:  # its reward is the sandbox's failure, not a value
+            infra += 1
+            continue
         ex = example_from_trajectory(rec)
         if len(ex) > max_len:
             too_long += 1
@@ -87,6 +91,10 @@ def load_examples(
         log(f"data: left out {few} trajectories without policy tokens")
     if other:
         log(f"data: ignored {other} records that are not trajectories")
+    if infra:
+        log(
+            f"data: left out {infra} trajectories whose evaluation failed in the sandbox (infra_error)"
+        )
     return out
 
 
