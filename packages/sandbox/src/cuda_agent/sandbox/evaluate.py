@@ -283,6 +283,15 @@ def failed_in_setup(report: dict[str, Any]) -> bool:
 OUTPUT_CHECK_BYTES = 2 << 30  # the guards' cross-trial output checks hold all outputs at once
 
 
+def _load_output(path: Path, *, trusted: bool) -> Any:
+    """An output file a runner process wrote with ``torch.save``, memory-mapped: no copy (the
+    comparison reads the pages the writer just left in the page cache; 0.65x the time of load
+    plus compare for a 256 MB output, benchmarks/output_load_ab.py). Only the reference's (``trusted``) may unpickle freely."""
+    import torch
+
+    return torch.load(path, weights_only=not trusted, mmap=True)
+
+
 class _LazyRefs:
     """Reference outputs on disk, loaded on access (trusted files: full unpickling)."""
 
@@ -290,18 +299,14 @@ class _LazyRefs:
         self.d, self.n = d, n
 
     def __getitem__(self, i: int) -> Any:
-        import torch
-
-        return torch.load(self.d / f"ref_{i}.pt", weights_only=False)
+        return _load_output(self.d / f"ref_{i}.pt", trusted=True)
 
 
 def _load_and_delete(d: Path, n: int) -> list[Any]:
-    import torch
-
     out = []
     for i in range(n):
         f = d / f"ref_{i}.pt"
-        out.append(torch.load(f, weights_only=False))
+        out.append(_load_output(f, trusted=True))
         f.unlink()
     return out
 
@@ -813,7 +818,6 @@ def _reference_phase(
 def _run_on_device(
     p: Prepared, gpu: str | None, slot: int, turn: _Turn, mem_fraction: float | None
 ) -> EvalResult:
-    import torch
 
     cfg, c = p.config, p.candidate
     assert p.root is not None and p.work is not None
@@ -886,7 +890,7 @@ def _run_on_device(
             details.append(TrialDetail(variant=tr["variant"], passed=False, message="no output"))
             continue
         try:
-            cand_out = torch.load(f, weights_only=True)
+            cand_out = _load_output(f, trusted=False)
         except Exception as e:  # noqa: BLE001 - whatever the candidate wrote
             details.append(
                 TrialDetail(
@@ -1032,7 +1036,7 @@ def _run_on_device(
         )
     tf = io / "timed_out.pt"
     try:
-        v = compare(refs[0], torch.load(tf, weights_only=True), tol)
+        v = compare(refs[0], _load_output(tf, trusted=False), tol)
     except Exception as e:  # noqa: BLE001
         v = None
         msg = f"unreadable output after timing: {type(e).__name__}"
