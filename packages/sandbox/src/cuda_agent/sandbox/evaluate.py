@@ -285,8 +285,9 @@ OUTPUT_CHECK_BYTES = 2 << 30  # the guards' cross-trial output checks hold all o
 
 def _load_output(path: Path, *, trusted: bool) -> Any:
     """An output file a runner process wrote with ``torch.save``, memory-mapped: no copy (the
-    comparison reads the pages the writer just left in the page cache; 0.65x the time of load
-    plus compare for a 256 MB output, benchmarks/output_load_ab.py). Only the reference's (``trusted``) may unpickle freely."""
+    comparison reads the pages the writer just left in the page cache; with the writers' CRC-32
+    off, a 256 MB trial's hand-over takes 0.59x the time: benchmarks/output_handover_ab.py).
+    Only the reference's (``trusted``) may unpickle freely."""
     import torch
 
     return torch.load(path, weights_only=not trusted, mmap=True)
