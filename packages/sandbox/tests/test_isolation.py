@@ -1,5 +1,6 @@
 """The confinement of one process: deadline, process tree, output cap, network, file system."""
 
+import os
 import socket
 import sys
 import time
@@ -26,9 +27,11 @@ def test_exit_code_and_output(tmp_path):
 
 
 def test_deadline_kills_the_whole_tree(tmp_path):
+    # a duration of its own, so no other sleep on the host (another test run) can be taken for it
+    secs = f"300.{os.getpid()}"
     code = (
         "import os, subprocess, time\n"
-        "p = subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+        f"p = subprocess.Popen(['sleep', '{secs}'], start_new_session=True)\n"
         f"open('{tmp_path}/child', 'w').write(str(p.pid))\n"
         "time.sleep(300)\n"
     )
@@ -36,20 +39,20 @@ def test_deadline_kills_the_whole_tree(tmp_path):
     out = _run(code, tmp_path, timeout_s=3.0)
     assert out.timed_out and out.killed_for == "timeout"
     assert time.monotonic() - t0 < 30
-    pid = int((tmp_path / "child").read_text())
+    assert int((tmp_path / "child").read_text()) > 0  # the child had started
     # the kernel tears a dead pid namespace down asynchronously: under a fully loaded 2-core CI
     # machine that took more than 15 s twice (the process was gone a minute later)
     deadline = time.monotonic() + 90
-    while _alive_host_pid(pid, caps()) and time.monotonic() < deadline:
+    while _alive_sleep(secs) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _alive_host_pid(pid, caps())
+    assert not _alive_sleep(secs)
 
 
-def _alive_host_pid(pid: int, c) -> bool:
-    # inside a pid namespace the child's pid is not a host pid; then only check nothing named sleep 300 of ours remains
+def _alive_sleep(secs: str) -> bool:
+    # inside a pid namespace the child's pid is not a host pid: look for its command line instead
     import psutil
 
-    return any(p.info["cmdline"] == ["sleep", "300"] for p in psutil.process_iter(["cmdline"]))
+    return any(p.info["cmdline"] == ["sleep", secs] for p in psutil.process_iter(["cmdline"]))
 
 
 def test_output_is_capped_head_and_tail(tmp_path):
