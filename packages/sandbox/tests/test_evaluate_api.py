@@ -62,3 +62,50 @@ def test_candidate_cannot_see_reference_outputs(cache_dir, scale_add_task):
     cfg = SandboxConfig(backend="cpu", cache_dir=str(cache_dir), timing=False, guard_policy="off")
     r = evaluate(kb_candidate(scale_add_task, PEEK), cfg)
     assert r.status == Status.OK, r.message
+
+
+HONEST = (
+    "import torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+    "    def __init__(self, cols):\n        super().__init__()\n"
+    "        self.w = nn.Parameter(torch.empty(cols))\n        self.b = nn.Parameter(torch.empty(cols))\n"
+    "    def forward(self, x):\n        return x * self.w + self.b\n"
+)
+HONEST = "import torch\n" + HONEST
+
+BROKEN_REF = (
+    "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+    "    def forward(self, x):\n        raise RuntimeError('reference breaks')\n\n"
+    "def get_inputs():\n    return [torch.randn(8, 8)]\n\ndef get_init_inputs():\n    return []\n"
+)
+
+
+def test_verification_starts_while_the_reference_runs(cache_dir, scale_add_task):
+    import pytest
+
+    from cuda_agent.sandbox.isolation import caps
+
+    if not caps().network_ns:
+        pytest.skip("the early start needs a mount namespace to hide the reference's outputs")
+    base = SandboxConfig(backend="cpu", cache_dir=str(cache_dir), timing=False, guard_policy="off")
+    early = evaluate(kb_candidate(scale_add_task, HONEST), base)
+    late = evaluate(kb_candidate(scale_add_task, HONEST), base.with_(early_verify=False))
+    assert early.status == late.status == Status.OK, (early.message, late.message)
+    assert early.meta.get("verify_started_early") is True
+    assert "verify_started_early" not in late.meta
+    assert "wait_reference" in early.meta["phases_s"]["verify"]
+    assert "wait_reference" not in late.meta["phases_s"]["verify"]
+
+
+def test_a_failing_reference_cancels_the_waiting_verification(cache_dir):
+    import time
+
+    from cuda_agent.records import Task
+
+    task = Task.make("broken_reference", BROKEN_REF)
+    cand = kb_candidate(task, HONEST.replace("x * self.w + self.b", "x"))
+    cfg = SandboxConfig(backend="cpu", cache_dir=str(cache_dir), timing=False, guard_policy="off")
+    t0 = time.monotonic()
+    r = evaluate(cand, cfg)
+    assert r.status == Status.INFRA_ERROR and "reference failed" in r.message, r.message
+    # the verification process started early exits on the abort signal, not at its 10-minute bound
+    assert time.monotonic() - t0 < 120

@@ -37,6 +37,9 @@ class SandboxConfig:
     # processes overlap, anything timed holds the GPU alone (see ``gate``)
     workers_per_gpu: int = 2
     rerun_alone: bool = True  # re-run, alone, a memory failure met while sharing the device
+    # start the verification process while the reference runs (it waits, after `import torch`,
+    # for the reference's weights); only where a mount namespace hides the reference's outputs
+    early_verify: bool = True
     # guards
     guard_policy: str = "strict"  # strict | kernelbench | off
     # build

@@ -740,6 +740,63 @@ def _run_time_op(
     return out, rep, wait["total"]
 
 
+def _early_verify(cfg: SandboxConfig) -> bool:
+    """Whether the verification process may start while the reference runs: asked for, and a
+    mount namespace hides the reference's outputs from it (``caps().network_ns``)."""
+    return cfg.early_verify and caps().network_ns
+
+
+class _EarlyVerify:
+    """A verification process started while the reference runs (in a thread): it waits after
+    ``import torch`` until :meth:`go` writes ``start`` (or :meth:`cancel` writes ``abort``)."""
+
+    def __init__(self, shared: Path):
+        self.start, self.abort = shared / "start", shared / "abort"
+        self.thread: threading.Thread | None = None
+        self.result: tuple[Outcome, dict] | None = None
+        self.error: BaseException | None = None
+        self.t_run = self.t_go = 0.0
+
+    def waited(self) -> float:
+        """Seconds from :meth:`run` to :meth:`go` (so far): added to the process's time limit."""
+        return (self.t_go or time.monotonic()) - self.t_run
+
+    @property
+    def started(self) -> bool:
+        return self.thread is not None
+
+    def run(self, fn: Any, *args: Any) -> None:
+        def target() -> None:
+            try:
+                self.result = fn(*args)
+            except BaseException as e:  # noqa: BLE001 - re-raised by go()
+                self.error = e
+
+        self.t_run = time.monotonic()
+        self.thread = threading.Thread(target=target, name="early-verify", daemon=True)
+        self.thread.start()
+
+    def go(self) -> tuple[Outcome, dict]:
+        """Let the waiting process start; its outcome and report."""
+        self.t_go = time.monotonic()
+        self.start.touch(mode=0o644)
+        assert self.thread is not None
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+    def cancel(self) -> None:
+        """The reference failed: the waiting process exits; wait for it (its gate hold ends)."""
+        if self.thread is None:
+            return
+        self.t_go = time.monotonic()
+        with contextlib.suppress(OSError):
+            self.abort.touch(mode=0o644)
+        self.thread.join()
+
+
 def _reference_phase(
     p: Prepared,
     env: dict[str, str],
@@ -748,8 +805,11 @@ def _reference_phase(
     mem_fraction: float | None,
     device: str,
     n_trials: int,
+    on_start: Any = None,
 ) -> _RefState | EvalResult:
-    """Draw the secret trials and have the reference compute its outputs (shared gate)."""
+    """Draw the secret trials and have the reference compute its outputs (shared gate).
+    ``on_start(trials, init_seed, init_path, sd_path)`` is called inside the reference's hold,
+    just before its process starts (the early verification start)."""
     cfg = p.config
     assert p.root is not None and p.work is not None
     root, work = p.root, p.work
@@ -780,6 +840,8 @@ def _reference_phase(
         "mem_fraction": mem_fraction,
     }
     with turn.shared("reference"):
+        if on_start is not None:
+            on_start(trials, init_seed, init_path, sd_path)
         t = time.monotonic()
         out, rep = _run_op(
             spec,
@@ -833,10 +895,74 @@ def _run_on_device(
     env = _candidate_env(tmp, gpu, p.backend, cache)
     cand_writable = [io, tmp, _shared_dir(cache / "kb_ext"), _shared_dir(cache / "triton")]
     n_trials = max(5, cfg.trials)
+
+    def cand_spec_for(trials: list, init_seed: int, init_path: Path, sd_path: Path) -> dict:
+        # 2. candidate verification, a confined process receiving only seeds, init inputs, weights
+        return {
+            "op": "candidate",
+            "ref_path": str(work / "model.py"),
+            "workdir": str(work),
+            "module_dir": str(work / "build") if c.solution.format == "workdir" else None,
+            "format": c.solution.format,
+            "kb_cache": str(cache / "kb_ext"),
+            "device": device,
+            "backend": p.backend,
+            "init_seed": init_seed,
+            "init_path": str(init_path),
+            "sd_path": str(sd_path),
+            "trials": trials,
+            "io_dir": str(io),
+            "guard_policy": cfg.guard_policy,
+            "own_kernels": p.meta.get("own_kernels") or [],
+            "report": str(io / "candidate.report.json"),
+            "mem_fraction": mem_fraction,
+        }
+
+    def verify(
+        spec: dict, hidden: list[Path], extend: Any = None
+    ) -> tuple[Outcome, dict[str, Any]]:
+        with turn.shared("verify"):
+            return _run_op(
+                spec,
+                root,
+                cwd=work,
+                env=env,
+                limits=_limits(cfg, cfg.verify_timeout_s, p.backend),
+                slot=slot,
+                writable=cand_writable,
+                hidden=hidden,
+                extend=extend,
+            )
+
     rs = p.ref_state
+    early = _EarlyVerify(root / "shared") if rs is None and _early_verify(cfg) else None
     if rs is None:
-        got = _reference_phase(p, env, slot, turn, mem_fraction, device, n_trials)
+        on_start = None
+        if early is not None:
+
+            def on_start(trials: list, init_seed: int, init_path: Path, sd_path: Path) -> None:
+                # the reference's outputs are covered by a mount in this process's view (the
+                # condition of an early start), so it may start before they exist
+                spec = dict(
+                    cand_spec_for(trials, init_seed, init_path, sd_path),
+                    start_path=str(early.start),
+                    abort_path=str(early.abort),
+                    start_timeout_s=cfg.reference_timeout_s + 30.0,
+                )
+                # its time limit counts from the start signal (the wait is the reference's)
+                early.run(verify, spec, [root / "private"], early.waited)
+
+        try:
+            got = _reference_phase(
+                p, env, slot, turn, mem_fraction, device, n_trials, on_start=on_start
+            )
+        except BaseException:
+            if early is not None:
+                early.cancel()
+            raise
         if isinstance(got, EvalResult):
+            if early is not None:
+                early.cancel()
             return got
         rs = p.ref_state = got
     else:
@@ -845,38 +971,12 @@ def _run_on_device(
     p.meta["isolation"] = rs.isolation
     trials, init_seed, refs, hidden = rs.trials, rs.init_seed, rs.refs, rs.hidden
     init_path, sd_path = rs.init_path, rs.sd_path
-    # 2. candidate verification, in a confined process receiving only seeds, init inputs, weights
-    cand_spec = {
-        "op": "candidate",
-        "ref_path": str(work / "model.py"),
-        "workdir": str(work),
-        "module_dir": str(work / "build") if c.solution.format == "workdir" else None,
-        "format": c.solution.format,
-        "kb_cache": str(cache / "kb_ext"),
-        "device": device,
-        "backend": p.backend,
-        "init_seed": init_seed,
-        "init_path": str(init_path),
-        "sd_path": str(sd_path),
-        "trials": trials,
-        "io_dir": str(io),
-        "guard_policy": cfg.guard_policy,
-        "own_kernels": p.meta.get("own_kernels") or [],
-        "report": str(io / "candidate.report.json"),
-        "mem_fraction": mem_fraction,
-    }
-    with turn.shared("verify"):
-        t = time.monotonic()
-        out, rep = _run_op(
-            cand_spec,
-            root,
-            cwd=work,
-            env=env,
-            limits=_limits(cfg, cfg.verify_timeout_s, p.backend),
-            slot=slot,
-            writable=cand_writable,
-            hidden=hidden,
-        )
+    t = time.monotonic()
+    if early is not None and early.started:
+        out, rep = early.go()  # the stage counts from here: the process was waiting, warm
+        p.meta["verify_started_early"] = True
+    else:
+        out, rep = verify(cand_spec_for(trials, init_seed, init_path, sd_path), hidden)
     p.stages["verify"] = time.monotonic() - t
     _record_phases(p, "verify", rep)
     p.meta["isolation"] = out.isolation
@@ -987,7 +1087,7 @@ def _run_on_device(
     # 3. timing in a fresh process, then the re-check of a call made after the timed ones
     t = time.monotonic()
     tspec = dict(
-        cand_spec,
+        cand_spec_for(trials, init_seed, init_path, sd_path),
         op="time",
         report=str(io / "time.report.json"),
         timing_config=_timing_config(cfg, p.backend),

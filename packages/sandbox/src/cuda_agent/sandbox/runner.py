@@ -249,9 +249,26 @@ def op_compile(spec: dict[str, Any], report: dict[str, Any]) -> None:
     report["builds"] = kbcache.BUILDS
 
 
+def _wait_for_start(spec: dict[str, Any]) -> None:
+    """Started early (while the reference runs): poll (every ~5 ms) for the parent's ``start``
+    file (the reference's weights and init inputs are written) or its ``abort`` file."""
+    start, abort = Path(spec["start_path"]), Path(spec["abort_path"])
+    deadline = time.monotonic() + float(spec.get("start_timeout_s", 600.0))
+    while not start.exists():
+        if abort.exists():
+            raise RuntimeError("the reference failed: verification cancelled")
+        if time.monotonic() > deadline:
+            raise TimeoutError("no start signal from the parent")
+        time.sleep(0.005)
+
+
 def op_candidate(spec: dict[str, Any], report: dict[str, Any]) -> None:
     with _phase(report, "import_torch"):
         import torch
+
+    if spec.get("start_path"):  # no stage yet: a failure here is the sandbox's (infra_error)
+        with _phase(report, "wait_reference"):
+            _wait_for_start(spec)
 
     device = spec["device"]
     with _phase(report, "load_reference"):
