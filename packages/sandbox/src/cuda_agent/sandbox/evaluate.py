@@ -3,8 +3,11 @@
 Trust model (ARCHITECTURE.md): the parent (this module) draws a secret seed, has the reference's
 outputs computed in a process of their own, starts the candidate in another confined process
 that receives only the trial seeds, init inputs and the reference's state_dict, and compares
-what comes back. Timing runs in a fresh candidate process; the output of a call made after the
-timed calls is re-checked. Baselines come from the profiler (trusted process, cached).
+what comes back. Where a mount namespace hides the reference's outputs from it, the candidate's
+process starts while the reference runs and waits, after ``import torch``, for the parent's
+start signal (``early_verify``); it reads nothing of the reference's before that. Timing runs in
+a fresh candidate process; the output of a call made after the timed calls is re-checked.
+Baselines come from the profiler (trusted process, cached).
 
 The two halves are separate so a pool can overlap them: :func:`prepare` (CPU: static guards,
 materialise, compile) and :func:`run_on_device` (reference, verify, time).
