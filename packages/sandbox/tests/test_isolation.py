@@ -153,3 +153,26 @@ def test_kill_marked_finds_detached_descendants():
     finally:
         other.kill()
         marked.kill()
+
+
+def test_confined_processes_die_with_their_evaluator(tmp_path):
+    """A killed evaluator (SIGKILL: no clean-up runs) leaves no confined process behind."""
+    import subprocess
+
+    secs = f"300.{os.getpid()}1"
+    code = (
+        "from cuda_agent.sandbox.isolation import Limits, run_confined\n"
+        f"run_confined(['sleep', '{secs}'], cwd={str(tmp_path)!r}, env={{'PATH': '/usr/bin:/bin'}},"
+        f" limits=Limits(timeout_s=300.0), writable=[{str(tmp_path)!r}])\n"
+    )
+    ev = subprocess.Popen([PY, "-c", code])
+    deadline = time.monotonic() + 60
+    while not _alive_sleep(secs) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _alive_sleep(secs), "the confined command never started"
+    ev.kill()
+    ev.wait()
+    deadline = time.monotonic() + 30
+    while _alive_sleep(secs) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive_sleep(secs)

@@ -51,6 +51,18 @@ def _check(rc: int, what: str) -> None:
         raise OSError(e, f"{what}: {os.strerror(e)}")
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this process when its parent dies: a killed evaluator leaves no candidate
+    running. The kernel clears the request on a uid change (set it again after dropping)."""
+    ppid = os.getppid()
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if ppid > 1 and os.getppid() != ppid:  # the parent died before the request
+        os._exit(JAIL_FAILED)
+
+
 def _unshare(flags: int) -> None:
     _check(_libc.unshare(flags), "unshare")
 
@@ -125,6 +137,7 @@ def _read_only_fs(writable: list[str]) -> None:
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--killall":
         return _killall(int(argv[1]))
+    _die_with_parent()
     cfg = json.loads(argv[0])
     cmd = argv[2:] if len(argv) > 1 and argv[1] == "--" else argv[1:]
     report: dict = {"pid": os.getpid()}
@@ -213,6 +226,7 @@ def main(argv: list[str]) -> int:
                 return 128 + sig
             return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
         # pid 1 of the namespace: set up the file system, start the command, reap, report
+        _die_with_parent()  # its death ends the namespace, and everything in it
         os.close(rd)
         writable = [d for d in cfg.get("writable", []) if os.path.isdir(d)]
         step("private_mounts", lambda: _mount(None, "/", None, MS_REC | MS_PRIVATE))
@@ -265,6 +279,7 @@ def _exec(cfg, cmd, report, step, failed, finish_report, root) -> None:
             os.setuid(int(uid))
 
         step("user", drop)
+        _die_with_parent()
     finish_report()
     if failed:
         sys.stderr.write(f"jail: required step(s) failed: {', '.join(failed)}: {report}\n")
