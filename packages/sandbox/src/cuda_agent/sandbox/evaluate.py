@@ -283,6 +283,16 @@ def failed_in_setup(report: dict[str, Any]) -> bool:
     return bool(report) and report.get("ok") is False and "stage" not in report
 
 
+def _setup_failure(p: Prepared, phase: str, error: str, corr: Any) -> EvalResult:
+    """The verdict for a ``phase`` process that :func:`failed_in_setup`: ``infra_error``."""
+    return _result(
+        p,
+        Status.INFRA_ERROR,
+        f"sandbox error before the candidate's code ran ({phase}): " + error.splitlines()[0][:500],
+        correctness=corr,
+    )
+
+
 OUTPUT_CHECK_BYTES = 2 << 30  # the guards' cross-trial output checks hold all outputs at once
 
 
@@ -764,10 +774,6 @@ class _EarlyVerify:
         """Seconds from :meth:`run` to :meth:`go` (so far): added to the process's time limit."""
         return (self.t_go or time.monotonic()) - self.t_run
 
-    @property
-    def started(self) -> bool:
-        return self.thread is not None
-
     def run(self, fn: Any, *args: Any) -> None:
         def target() -> None:
             try:
@@ -884,7 +890,6 @@ def _reference_phase(
 def _run_on_device(
     p: Prepared, gpu: str | None, slot: int, turn: _Turn, mem_fraction: float | None
 ) -> EvalResult:
-
     cfg, c = p.config, p.candidate
     assert p.root is not None and p.work is not None
     root, work = p.root, p.work
@@ -975,7 +980,7 @@ def _run_on_device(
     trials, init_seed, refs, hidden = rs.trials, rs.init_seed, rs.refs, rs.hidden
     init_path, sd_path = rs.init_path, rs.sd_path
     t = time.monotonic()
-    if early is not None and early.started:
+    if early is not None:  # started by the reference phase, which returned its outputs
         out, rep = early.go()  # the stage counts from here: the process was waiting, warm
         p.meta["verify_started_early"] = True
     else:
@@ -1053,13 +1058,7 @@ def _run_on_device(
     if out.returncode != 0 or not rep.get("ok"):
         corr.message = _error_text(out, rep)
         if failed_in_setup(rep):
-            return _result(
-                p,
-                Status.INFRA_ERROR,
-                "sandbox error before the candidate's code ran (verification): "
-                + corr.message.splitlines()[0][:500],
-                correctness=corr,
-            )
+            return _setup_failure(p, "verification", corr.message, corr)
         return _result(
             p,
             Status.RUNTIME_ERROR,
@@ -1125,13 +1124,7 @@ def _run_on_device(
         )
     if out.returncode != 0 or not rep.get("ok"):
         if failed_in_setup(rep):
-            return _result(
-                p,
-                Status.INFRA_ERROR,
-                "sandbox error before the candidate's code ran (timing): "
-                + _error_text(out, rep).splitlines()[0][:500],
-                correctness=corr,
-            )
+            return _setup_failure(p, "timing", _error_text(out, rep), corr)
         return _result(
             p,
             Status.RUNTIME_ERROR,
