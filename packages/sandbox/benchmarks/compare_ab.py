@@ -12,11 +12,11 @@ counted, so the ratio is conservative). Prints one JSON line: medians in seconds
 from __future__ import annotations
 
 import json
-import statistics
 import sys
-import time
+from collections.abc import Callable
 
 import torch
+from paired import paired_medians
 
 import cuda_agent.sandbox.compare as cmp
 from cuda_agent.sandbox.compare import Tolerance, compare
@@ -51,13 +51,13 @@ def main() -> int:
         def after() -> bool:
             return compare(r, c, tol).passed
 
-    times: dict[str, list[float]] = {"before": [], "after": []}
-    for i in range(rounds):
-        for name, fn in (("before", before), ("after", after))[:: 1 if i % 2 == 0 else -1]:
-            t = time.perf_counter()
+    def check(fn: Callable[[], bool]) -> Callable[[], None]:
+        def run() -> None:
             assert fn()
-            times[name].append(time.perf_counter() - t)
-    med = {k: round(statistics.median(v), 3) for k, v in times.items()}
+
+        return run
+
+    med = paired_medians({"before": check(before), "after": check(after)}, rounds)
     print(
         json.dumps(
             {

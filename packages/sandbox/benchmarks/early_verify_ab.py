@@ -12,8 +12,9 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from paired import paired_medians
 
 from cuda_agent.records import Candidate, Solution, Task
 from cuda_agent.sandbox import SandboxConfig, evaluate
@@ -42,16 +43,14 @@ def main() -> int:
     cfg_dir = Path(cfg.cache_dir or "")
     cfg_dir.chmod(0o755)
     evaluate(cand, cfg)  # warm-up: caches, first imports
-    wall: dict[str, list[float]] = {"early": [], "late": []}
     verify: dict[str, list[float]] = {"early": [], "late": []}
-    for i in range(rounds):
-        for name in ("early", "late")[:: 1 if i % 2 == 0 else -1]:
-            t = time.perf_counter()
-            r = evaluate(cand, cfg.with_(early_verify=name == "early"))
-            assert r.status == "ok", r.message
-            wall[name].append(time.perf_counter() - t)
-            verify[name].append(r.meta["stages_s"]["verify"])
-    med = {k: round(statistics.median(v), 2) for k, v in wall.items()}
+
+    def run(name: str) -> None:
+        r = evaluate(cand, cfg.with_(early_verify=name == "early"))
+        assert r.status == "ok", r.message
+        verify[name].append(r.meta["stages_s"]["verify"])
+
+    med = paired_medians({"early": lambda: run("early"), "late": lambda: run("late")}, rounds, 2)
     print(
         json.dumps(
             {

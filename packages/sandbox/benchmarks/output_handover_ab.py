@@ -11,13 +11,12 @@ compare) and the after/before ratio."""
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
+from paired import paired_medians
 
 from cuda_agent.sandbox.compare import Tolerance, compare
 
@@ -30,24 +29,27 @@ def main() -> int:
     c = r + 1e-4 * torch.randn(rows, rows, generator=g)
     d = Path(tempfile.mkdtemp(prefix="handover-ab-"))
     tol = Tolerance(1e-2, 1e-2, 2e-2)
-    times: dict[str, list[float]] = {"before": [], "after": []}
-    for i in range(rounds):
-        for name in ("before", "after")[:: 1 if i % 2 == 0 else -1]:
-            fast = name == "after"
-            t = time.perf_counter()
-            torch.serialization.set_crc32_options(not fast)
-            torch.save(r, d / "ref.pt")
-            torch.save(c, d / "out.pt")
-            a = torch.load(d / "ref.pt", weights_only=True, mmap=fast)
-            b = torch.load(d / "out.pt", weights_only=True, mmap=fast)
-            assert compare(a, b, tol).passed
-            times[name].append(time.perf_counter() - t)
-            del a, b
-            for f in d.iterdir():
-                f.unlink()
+
+    def handover(fast: bool) -> tuple:
+        torch.serialization.set_crc32_options(not fast)
+        torch.save(r, d / "ref.pt")
+        torch.save(c, d / "out.pt")
+        a = torch.load(d / "ref.pt", weights_only=True, mmap=fast)
+        b = torch.load(d / "out.pt", weights_only=True, mmap=fast)
+        assert compare(a, b, tol).passed
+        return a, b  # released after the timing, as before
+
+    def clean() -> None:
+        for f in d.iterdir():
+            f.unlink()
+
+    med = paired_medians(
+        {"before": lambda: handover(False), "after": lambda: handover(True)},
+        rounds,
+        after_each=clean,
+    )
     torch.serialization.set_crc32_options(True)
     d.rmdir()
-    med = {k: round(statistics.median(v), 3) for k, v in times.items()}
     print(
         json.dumps(
             {
