@@ -298,6 +298,9 @@ def test_timing_lock_wait_is_its_own_phase(tmp_path, monkeypatch):
     )
     got = {}
     try:
+        # the first check starts the zygote (import torch: many seconds on a loaded 2-core CI
+        # machine, which once outlasted the lock below); the second forks from it at once
+        assert f.check(GOOD).passed
         with open(lock, "a") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)  # "another worker" times for 6 s
             t = threading.Thread(target=lambda: got.setdefault("v", f.check(GOOD)))
