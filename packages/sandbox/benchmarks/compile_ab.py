@@ -2,8 +2,10 @@
 
   python compile_ab.py OUT ROUNDS [JOBS]   cold (new .cu + new _binding.cpp, prelude and
       binding.cpp built once before) and warm (.cu changed) builds of the gpu_fused fixture,
-      interleaved: "before" (-O1 binding glue, the compiler's default linker) vs "after" (the
-      current flags). Needs nvcc; without a GPU set CUDA_AGENT_ARCH=9.0. Writes OUT/ab.json.
+      interleaved: "before" (modules linked against torch's real libraries) vs "after" (the
+      current flags: against symbol-less stand-ins, build.ensure_link_stubs). Needs nvcc;
+      without a GPU set CUDA_AGENT_ARCH=9.0. Writes OUT/ab.json. (Until commit 78c0803 the
+      A/B was -O1 binding glue and the default linker vs -Og and a faster linker.)
   python compile_ab.py --calls OUT         builds the cpu fixture with all binding glue at -O1,
       with the current flags (binding.cpp -O1, bindings -Og), all -Og and all -O0, and times
       100,000 calls of trivial bound functions, each module in a fresh process, 8 rounds.
@@ -48,12 +50,8 @@ def ab(root: Path, rounds: int, jobs: int) -> None:
     task = Task.make("fused", (FIX / "gpu_fused" / "model.py").read_text())
     base = _files("gpu_fused")
     after = flags_for("cuda")
-    before = dataclasses.replace(
-        after,
-        binding_cflags=tuple("-O1" if a == "-Og" else a for a in after.binding_cflags),
-        ldflags=tuple(a for a in after.ldflags if not a.startswith("-fuse-ld=")),
-        key=after.key[:10] + "before",
-    )
+    # before: the same flags, linked against torch's real libraries (no stand-ins)
+    before = dataclasses.replace(after, link_stubs=(), key=after.key[:10] + "before")
     variants = {"before": before, "after": after}
     keys = ("cold", "cold_binding", "cold_cu", "cold_link", "warm", "warm_link")
     res = {k: {x: [] for x in keys} for k in variants}
@@ -106,7 +104,7 @@ def ab(root: Path, rounds: int, jobs: int) -> None:
             ),
             3,
         )
-        for k in ("cold", "cold_binding", "warm")
+        for k in ("cold", "cold_binding", "cold_link", "warm", "warm_link")
     }
     out = {"median": med, "paired_after_over_before": paired, "raw": res}
     (root / "ab.json").write_text(json.dumps(out, indent=1))

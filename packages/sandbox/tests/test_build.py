@@ -45,6 +45,63 @@ def test_cache_rebuilds_only_changed_files(
     assert torch.allclose(mod.run(x, w, b), x * w + b)
 
 
+def test_module_linked_against_stand_ins_binds_to_the_real_libraries(
+    warm_build, cache_dir, tmp_path, scale_add_task, scale_add_files
+):
+    """Modules are linked against symbol-less stand-ins of torch's libraries (faster links); the
+    module still names every real library and, loaded in a fresh process with every symbol
+    bound at once (LD_BIND_NOW), computes the right values."""
+    import os
+    import subprocess
+    import sys
+
+    from cuda_agent.sandbox.build import ensure_link_stubs
+    from cuda_agent.sandbox.toolchain import flags_for, torch_info
+
+    flags = flags_for("cpu")
+    assert flags.link_stubs == ("c10", "torch", "torch_cpu", "torch_python")
+    ops = scale_add_files["kernels/ops.cpp"] + f"\n// relinked {uuid.uuid4().hex}\n"
+    b = _build(
+        cache_dir, tmp_path, scale_add_task, scale_add_files, "stubs", **{"kernels/ops.cpp": ops}
+    )
+    assert b.ok and b.link_seconds > 0, b.log
+    stubs = ensure_link_stubs(ObjectCache(cache_dir / "build"), flags)
+    assert stubs is not None
+    real_dir = next(d for d in torch_info()["lib"] if os.path.exists(f"{d}/libc10.so"))
+
+    def dynamic(path) -> str:
+        return subprocess.run(["readelf", "-dW", str(path)], capture_output=True, text=True).stdout
+
+    for name in flags.link_stubs:
+        stub = stubs / f"lib{name}.so"
+        soname = f"Library soname: [lib{name}.so]"
+        assert soname in dynamic(stub) and soname in dynamic(f"{real_dir}/lib{name}.so")
+        syms = subprocess.run(
+            ["nm", "-D", "--defined-only", str(stub)], capture_output=True, text=True
+        )
+        assert "torch" not in syms.stdout and "c10" not in syms.stdout  # a stand-in, not a copy
+    needed = dynamic(b.so_path)
+    for name in flags.link_stubs:
+        assert f"Shared library: [lib{name}.so]" in needed, needed
+    assert f"[{real_dir}" in needed  # runpath/rpath to the real libraries
+    probe = (
+        "import importlib.util, sys, torch\n"
+        "s = importlib.util.spec_from_file_location('cuda_extension', sys.argv[1])\n"
+        "m = importlib.util.module_from_spec(s); s.loader.exec_module(m)\n"
+        "x, w, c = torch.randn(3, 4), torch.randn(4), torch.randn(4)\n"
+        "assert torch.allclose(m.run(x, w, c), x * w + c)\n"
+        "print('bound')\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", probe, str(b.so_path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LD_BIND_NOW": "1"},
+        timeout=300,
+    )
+    assert r.returncode == 0 and "bound" in r.stdout, r.stderr[-3000:]
+
+
 def test_compile_error_keeps_the_log(
     warm_build, cache_dir, tmp_path, scale_add_task, scale_add_files
 ):

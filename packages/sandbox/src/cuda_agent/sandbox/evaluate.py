@@ -437,7 +437,16 @@ def _prepare(p: Prepared, slot: int) -> None:
         p.compile = CompileDetail(
             ok=b.ok, seconds=b.seconds, log_tail=cap_text(b.log, LOG_TAIL), cached=b.cached
         )
-        p.meta["build"] = {"units": b.units, "pch": b.pch, "linker": flags_for(p.backend).linker}
+        p.meta["build"] = {
+            "units": b.units,
+            "pch": b.pch,
+            "linker": flags_for(p.backend).linker,
+            **(
+                {"link_s": round(b.link_seconds, 3), "link_stubs": b.link_stubs}
+                if b.link_seconds
+                else {}
+            ),
+        }
         p.stages["compile"] = time.monotonic() - t
         if not b.ok:
             msg = (

@@ -189,6 +189,11 @@ class Flags:
     cuda_cflags: tuple[str, ...]
     ldflags: tuple[str, ...]
     include_dirs: tuple[str, ...]
+    # torch's libraries (``-l`` names) a module is linked against as symbol-less stand-ins with
+    # the real sonames: GNU ld reading libtorch's symbol tables was most of a 0.5-0.7 s link;
+    # the loader binds the module to the real libraries (rpath) as before. Empty: off
+    # ($CUDA_AGENT_LINK_STUBS=0).
+    link_stubs: tuple[str, ...] = ()
     key: str = field(default="")
 
     @property
@@ -244,11 +249,18 @@ def flags_for(backend: str) -> Flags:
     linker = fast_linker(cxx()) if backend == "cpu" or ask else None
     ld = ["-shared", *([f"-fuse-ld={linker}"] if linker else [])]
     ld += [f"-L{d}" for d in libdirs] + [f"-Wl,-rpath,{d}" for d in libdirs]
-    ld += ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
+    torch_libs = ["c10", "torch", "torch_cpu", "torch_python"]
+    if backend == "cuda":
+        torch_libs += ["c10_cuda", "torch_cuda"]
+    # every library named stays DT_NEEDED: a link against symbol-less stand-ins of torch's (see
+    # build.ensure_link_stubs) cannot tell which ones the module uses (no --push-state: not
+    # every linker has it)
+    ld += ["-Wl,--no-as-needed", *[f"-l{n}" for n in torch_libs]]
     if backend == "cuda":
         cl = cuda_lib_dirs()
         ld += [f"-L{d}" for d in cl] + [f"-Wl,-rpath,{d}" for d in cl]
-        ld += ["-lc10_cuda", "-ltorch_cuda", "-lcudart"]
+        ld += ["-lcudart"]
+    stubs = tuple(torch_libs) if os.environ.get("CUDA_AGENT_LINK_STUBS", "1") != "0" else ()
     h = hashlib.sha256()
     for part in (
         backend,
@@ -260,6 +272,7 @@ def flags_for(backend: str) -> Flags:
         *kernel,
         *cuda,
         *ld,
+        *(f"stub:{n}" for n in stubs),
     ):
         h.update(part.encode() + b"\0")
     return Flags(
@@ -272,6 +285,7 @@ def flags_for(backend: str) -> Flags:
         cuda_cflags=tuple(cuda),
         ldflags=tuple(ld),
         include_dirs=tuple(inc + cuda_inc),
+        link_stubs=stubs,
         key=h.hexdigest()[:16],
     )
 
