@@ -1,10 +1,14 @@
-"""Paired A/B of the early verification start: the same honest candidate evaluated with
-``early_verify`` on and off, alternating, on the cpu backend (timing off, guards off); median
-seconds from the start of the device half to the result, and the verify stage.
+"""Paired A/B of the early process starts: the same honest candidate evaluated with the start
+on and off, alternating, on the cpu backend (guards off); median seconds of the evaluation,
+and of the stage.
 
-    python packages/sandbox/benchmarks/early_verify_ab.py [ROUNDS]   (default 4)
+    python packages/sandbox/benchmarks/early_verify_ab.py [ROUNDS] [verify|time] [ROWS]
 
-Prints one JSON line. The early start needs a mount namespace (``sandbox caps``)."""
+``verify`` (default): ``early_verify`` on/off, timing off; the early start needs a mount
+namespace (``sandbox caps``). ``time``: ``early_time`` on/off, timing on (0.5 s cap), no
+baselines; the timing process's start-up overlaps the comparison of the outputs, so the gain
+grows with their size: ``ROWS`` x 256 fp32 per trial (default: the fixture's 64).
+Prints one JSON line."""
 
 from __future__ import annotations
 
@@ -31,33 +35,41 @@ HONEST = (
 
 def main() -> int:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 4
-    if not caps().network_ns:
+    what = sys.argv[2] if len(sys.argv) > 2 else "verify"
+    rows = int(sys.argv[3]) if len(sys.argv) > 3 else 64
+    if what == "verify" and not caps().network_ns:
         print(json.dumps({"skipped": "no mount namespace: the early start is off here"}))
         return 0
-    task = Task.make("scale_add", (FIX / "model.py").read_text())
+    ref = (
+        (FIX / "model.py").read_text().replace("torch.randn(64, 256)", f"torch.randn({rows}, 256)")
+    )
+    task = Task.make("scale_add", ref)
     cand = Candidate(task=task, solution=Solution.make("kernelbench", {"model_new.py": HONEST}))
     cfg = SandboxConfig(
-        backend="cpu", cache_dir=tempfile.mkdtemp(prefix="early-ab-"), timing=False,
-        guard_policy="off",
+        backend="cpu", cache_dir=tempfile.mkdtemp(prefix="early-ab-"), timing=what == "time",
+        guard_policy="off", baselines=False, timing_config={"time_cap_s": 0.5, "min_samples": 3},
     )  # fmt: skip
     cfg_dir = Path(cfg.cache_dir or "")
     cfg_dir.chmod(0o755)
     evaluate(cand, cfg)  # warm-up: caches, first imports
-    verify: dict[str, list[float]] = {"early": [], "late": []}
+    stage: dict[str, list[float]] = {"early": [], "late": []}
 
     def run(name: str) -> None:
-        r = evaluate(cand, cfg.with_(early_verify=name == "early"))
+        knob = {"early_verify" if what == "verify" else "early_time": name == "early"}
+        r = evaluate(cand, cfg.with_(**knob))
         assert r.status == "ok", r.message
-        verify[name].append(r.meta["stages_s"]["verify"])
+        stage[name].append(r.meta["stages_s"][what])
 
     med = paired_medians({"early": lambda: run("early"), "late": lambda: run("late")}, rounds, 2)
     print(
         json.dumps(
             {
                 "rounds": rounds,
+                "what": what,
+                "rows": rows,
                 "evaluate_s_median": med,
-                "verify_stage_s_median": {
-                    k: round(statistics.median(v), 2) for k, v in verify.items()
+                f"{what}_stage_s_median": {
+                    k: round(statistics.median(v), 2) for k, v in stage.items()
                 },
                 "early/late": round(med["early"] / med["late"], 3),
             }

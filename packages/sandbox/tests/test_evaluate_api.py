@@ -109,3 +109,49 @@ def test_a_failing_reference_cancels_the_waiting_verification(cache_dir):
     assert r.status == Status.INFRA_ERROR and "reference failed" in r.message, r.message
     # the verification process started early exits on the abort signal, not at its 10-minute bound
     assert time.monotonic() - t0 < 120
+
+
+def test_timing_starts_while_the_outputs_are_compared(cache_dir, scale_add_task):
+    """The timing process is started when the verification process has ended well and waits,
+    after ``import torch``, for the comparison's verdict; same verdict as a late start."""
+    base = SandboxConfig(
+        backend="cpu",
+        cache_dir=str(cache_dir),
+        guard_policy="off",
+        baselines=False,
+        timing_config={"time_cap_s": 0.5, "min_samples": 3},
+    )
+    early = evaluate(kb_candidate(scale_add_task, HONEST), base)
+    late = evaluate(kb_candidate(scale_add_task, HONEST), base.with_(early_time=False))
+    assert early.status == late.status == Status.OK, (early.message, late.message)
+    assert early.timing is not None and early.timing.candidate.median_ms > 0
+    assert "time_started_early" in early.meta and "time_started_early" not in late.meta
+    assert "wait_compare" in early.meta["phases_s"]["time"]
+    assert "wait_compare" not in late.meta["phases_s"]["time"]
+    # its import happened before the start signal: not in the stage, unlike the late start
+    assert early.meta["phases_s"]["time"]["import_torch"] > 0
+
+
+def test_an_incorrect_output_cancels_the_waiting_timing_process(
+    warm_build, cache_dir, scale_add_task, scale_add_files
+):
+    """Outputs that fail the comparison: the timing process started early exits on the abort
+    signal (the evaluation would otherwise wait for its start bound, verify_timeout_s + 600 s)."""
+    import time
+
+    cfg = SandboxConfig(
+        backend="cpu", cache_dir=str(cache_dir), pch=False, guard_policy="off", baselines=False
+    )
+    t0 = time.monotonic()
+    r = evaluate(
+        workdir_candidate(scale_add_task, scale_add_files, **{"kernels/ops.cpp": WRONG}), cfg
+    )
+    assert r.status == Status.INCORRECT, r.message
+    assert "time" not in r.meta["stages_s"] and "time_started_early" not in r.meta
+    assert r.meta.get("time_cancelled_early") is True
+    assert time.monotonic() - t0 < 300
+    late = evaluate(
+        workdir_candidate(scale_add_task, scale_add_files, **{"kernels/ops.cpp": WRONG}),
+        cfg.with_(early_time=False),
+    )
+    assert late.status == Status.INCORRECT and "time_cancelled_early" not in late.meta

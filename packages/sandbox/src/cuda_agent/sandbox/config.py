@@ -40,6 +40,9 @@ class SandboxConfig:
     # start the verification process while the reference runs (it waits, after `import torch`,
     # for the reference's weights); only where a mount namespace hides the reference's outputs
     early_verify: bool = True
+    # start the timing process when the verification process has ended well (it waits, after
+    # `import torch`, while the parent compares the outputs; cancelled if they fail)
+    early_time: bool = True
     # guards
     guard_policy: str = "strict"  # strict | kernelbench | off
     # build

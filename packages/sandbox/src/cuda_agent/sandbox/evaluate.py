@@ -6,7 +6,9 @@ that receives only the trial seeds, init inputs and the reference's state_dict, 
 what comes back. Where a mount namespace hides the reference's outputs from it, the candidate's
 process starts while the reference runs and waits, after ``import torch``, for the parent's
 start signal (``early_verify``); it reads nothing of the reference's before that. Timing runs in
-a fresh candidate process; the output of a call made after the timed calls is re-checked.
+a fresh candidate process, started (``early_time``) while the parent compares the verification's
+outputs and waiting after ``import torch`` for their verdict; the output of a call made after the
+timed calls is re-checked.
 Baselines come from the profiler (trusted process, cached).
 
 The two halves are separate so a pool can overlap them: :func:`prepare` (CPU: static guards,
@@ -653,13 +655,18 @@ def _device_half(
     p: Prepared, gpu: str | None, slot: int, turn: _Turn, mem_fraction: float | None
 ) -> EvalResult:
     """One run of the device half; the result's meta says how it shared the device."""
+    early: list[_TimeOp] = []  # a timing process started early, whatever the verdict became
     try:
-        r = _run_on_device(p, gpu, slot, turn, mem_fraction)
+        r = _run_on_device(p, gpu, slot, turn, mem_fraction, early)
     except Exception as e:  # noqa: BLE001 - the evaluator's own failure
         import traceback
 
         r = _result(p, Status.INFRA_ERROR, f"sandbox error: {type(e).__name__}: {e}")
         r.meta["traceback"] = traceback.format_exc()[-4000:]
+    finally:
+        cancelled = [op.cancel() for op in early]
+    if any(cancelled):
+        r.meta["time_cancelled_early"] = True  # started early, not needed: it exited unused
     r.meta["overlapped"] = turn.occ.overlapped
     r.meta["device_phases"] = list(turn.occ.phases)
     if turn.occ.waited_s:
@@ -686,80 +693,129 @@ def _reset_device_dirs(p: Prepared, *, keep_reference: bool) -> None:
             f.unlink(missing_ok=True)
 
 
-def _run_time_op(
-    spec: dict[str, Any],
-    root: Path,
-    io: Path,
-    turn: _Turn,
-    **kw: Any,
-) -> tuple[Outcome, dict[str, Any], float]:
+class _TimeOp:
     """The ``time`` op with its start-up outside the exclusive section: the process builds its
     model and inputs under the shared gate, says ``ready``; the parent takes the gate exclusive
     and creates ``go``; the process times and ends; the gate is released. A process that ends
-    before ``ready`` never takes the gate. Returns (outcome, report, seconds waited for the gate);
-    the wait does not count against the op's time limit."""
-    sig = root / "signal"
-    sig.mkdir(mode=0o755, exist_ok=True)
-    go, ready = sig / "go", io / "ready"
-    for f in (go, ready):  # whatever an earlier process of the candidate left there
-        if f.is_dir() and not f.is_symlink():
-            shutil.rmtree(f, ignore_errors=True)
-        else:
-            f.unlink(missing_ok=True)
-    spec = dict(spec, ready_path=str(ready), go_path=str(go), go_timeout_s=GO_TIMEOUT_S)
-    wait = {"total": 0.0, "since": None, "abort": False}
+    before ``ready`` never takes the gate; the gate waits do not count against the op's time
+    limit.
 
-    def extra() -> float:
-        if wait["abort"]:
+    Started early (:meth:`start_early`, while the parent compares the verification's outputs),
+    the process imports torch and then waits for ``start`` (or ``abort``, :meth:`cancel`) before
+    it touches the device or the candidate's code; :meth:`run` writes ``start`` once the parent
+    has entered the gate. That wait does not count against the time limit either."""
+
+    def __init__(self, spec: dict[str, Any], root: Path, io: Path, **kw: Any):
+        sig = root / "signal"
+        sig.mkdir(mode=0o755, exist_ok=True)
+        self.go, self.ready = sig / "go", io / "ready"
+        self.start, self.abort = sig / "time_start", sig / "time_abort"
+        self.spec = dict(
+            spec, ready_path=str(self.ready), go_path=str(self.go), go_timeout_s=GO_TIMEOUT_S
+        )
+        self.root, self.kw = root, kw
+        self.wait = {"total": 0.0, "since": None, "abort": False}
+        self.pre_start_s = 0.0  # started early: seconds it waited for the start signal
+        self.ran = False
+        self.box: dict[str, Any] = {}
+        self.done = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def _clear(self) -> None:
+        # whatever an earlier process of the candidate left there (all of them have ended)
+        for f in (self.go, self.ready, self.start, self.abort):
+            if f.is_dir() and not f.is_symlink():
+                shutil.rmtree(f, ignore_errors=True)
+            else:
+                f.unlink(missing_ok=True)
+
+    def _extra(self) -> float:
+        if self.wait["abort"]:
             return -1e12  # the parent gave up: kill the process now
-        since = wait["since"]
-        return wait["total"] + (time.monotonic() - since if since is not None else 0.0)
+        since = self.wait["since"]
+        return self.wait["total"] + (time.monotonic() - since if since is not None else 0.0)
 
-    box: dict[str, Any] = {}
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            box["res"] = _run_op(spec, root, extend=extra, **kw)
-        except BaseException as e:  # noqa: BLE001 - re-raised in the parent thread
-            box["exc"] = e
-        finally:
-            done.set()
-
-    th = threading.Thread(target=target, name="sandbox-time-op", daemon=True)
-    entered = False
-    try:
-        with turn.shared("time_startup"):
-            turn.enter()  # present from here until the process ends (it holds device memory)
-            entered = True
-            th.start()
-            while not done.is_set() and not ready.exists():
-                done.wait(0.002)
-        if not done.is_set():
-            wait["since"] = time.monotonic()
+    def _spawn(self, spec: dict[str, Any]) -> None:
+        def target() -> None:
             try:
-                with turn.exclusive("time"):
-                    wait["total"] += time.monotonic() - wait["since"]
-                    wait["since"] = None
-                    go.touch()
-                    done.wait()
+                self.box["res"] = _run_op(spec, self.root, extend=self._extra, **self.kw)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the parent thread
+                self.box["exc"] = e
             finally:
-                if wait["since"] is not None:
-                    wait["total"] += time.monotonic() - wait["since"]
-                    wait["since"] = None
-    except BaseException:
-        wait["abort"] = True
-        raise
-    finally:
-        if th.is_alive() or th.ident is not None:
-            done.wait()
-            th.join()
-        if entered:
-            turn.leave()
-    if "exc" in box:
-        raise box["exc"]
-    out, rep = box["res"]
-    return out, rep, wait["total"]
+                self.done.set()
+
+        self.thread = threading.Thread(target=target, name="sandbox-time-op", daemon=True)
+        self.thread.start()
+
+    def start_early(self, start_timeout_s: float) -> None:
+        """Start the process now; it waits after ``import torch`` for :meth:`run` or
+        :meth:`cancel` (at most ``start_timeout_s``)."""
+        self._clear()
+        self.wait["since"] = time.monotonic()  # counted as a wait until run() says start
+        spec = dict(
+            self.spec,
+            start_path=str(self.start),
+            abort_path=str(self.abort),
+            start_timeout_s=start_timeout_s,
+        )
+        self._spawn(spec)
+
+    def cancel(self) -> bool:
+        """An early process whose timing is not needed exits; wait for it. False (nothing to
+        do) after :meth:`run`, or when nothing was started."""
+        if self.thread is None or self.ran:
+            return False
+        with contextlib.suppress(OSError):
+            self.abort.touch(mode=0o644)
+        self.done.wait()
+        self.thread.join()
+        return True
+
+    def _stop_waiting(self) -> None:
+        if self.wait["since"] is not None:
+            self.wait["total"] += time.monotonic() - self.wait["since"]
+            self.wait["since"] = None
+
+    def run(self, turn: _Turn) -> tuple[Outcome, dict[str, Any], float]:
+        """Run (or let the early process go on) to the end: (outcome, report, seconds waited
+        for the gate; the early wait for the start signal is :attr:`pre_start_s`)."""
+        entered, self.ran = False, True
+        try:
+            with turn.shared("time_startup"):
+                turn.enter()  # present from here until the process ends (it holds device memory)
+                entered = True
+                if self.thread is None:
+                    self._clear()
+                    self._spawn(self.spec)
+                else:
+                    since = self.wait["since"]
+                    self.pre_start_s = time.monotonic() - since if since is not None else 0.0
+                    self._stop_waiting()
+                    self.start.touch(mode=0o644)
+                while not self.done.is_set() and not self.ready.exists():
+                    self.done.wait(0.002)
+            if not self.done.is_set():
+                self.wait["since"] = time.monotonic()
+                try:
+                    with turn.exclusive("time"):
+                        self._stop_waiting()
+                        self.go.touch()
+                        self.done.wait()
+                finally:
+                    self._stop_waiting()
+        except BaseException:
+            self.wait["abort"] = True
+            raise
+        finally:
+            if self.thread is not None:
+                self.done.wait()
+                self.thread.join()
+            if entered:
+                turn.leave()
+        if "exc" in self.box:
+            raise self.box["exc"]
+        out, rep = self.box["res"]
+        return out, rep, self.wait["total"] - self.pre_start_s
 
 
 def _early_verify(cfg: SandboxConfig) -> bool:
@@ -897,7 +953,12 @@ def _reference_phase(
 
 
 def _run_on_device(
-    p: Prepared, gpu: str | None, slot: int, turn: _Turn, mem_fraction: float | None
+    p: Prepared,
+    gpu: str | None,
+    slot: int,
+    turn: _Turn,
+    mem_fraction: float | None,
+    early_time: list[_TimeOp],
 ) -> EvalResult:
     cfg, c = p.config, p.candidate
     assert p.root is not None and p.work is not None
@@ -997,6 +1058,31 @@ def _run_on_device(
     p.stages["verify"] = time.monotonic() - t
     _record_phases(p, "verify", rep)
     p.meta["isolation"] = out.isolation
+
+    def time_op() -> _TimeOp:
+        tspec = dict(
+            cand_spec_for(trials, init_seed, init_path, sd_path),
+            op="time",
+            report=str(io / "time.report.json"),
+            timing_config=_timing_config(cfg, p.backend),
+            timing_sets=cfg.timing_sets,
+        )
+        return _TimeOp(
+            tspec,
+            root,
+            io,
+            cwd=work,
+            env=env,
+            limits=_limits(cfg, cfg.time_timeout_s, p.backend),
+            slot=slot,
+            writable=cand_writable,
+            hidden=hidden,
+        )
+
+    if cfg.timing and cfg.early_time and out.returncode == 0 and rep.get("ok"):
+        # the timing process imports torch while the outputs are compared (3 s on the H200)
+        early_time.append(time_op())
+        early_time[0].start_early(start_timeout_s=cfg.verify_timeout_s + 600.0)
     t_compare = time.monotonic()
     tol = Tolerance(cfg.atol, cfg.rtol, cfg.norm_tol)
     details: list[TrialDetail] = []
@@ -1097,27 +1183,13 @@ def _run_on_device(
         return _result(p, Status.OK, "correct (timing skipped)", correctness=corr)
     # 3. timing in a fresh process, then the re-check of a call made after the timed ones
     t = time.monotonic()
-    tspec = dict(
-        cand_spec_for(trials, init_seed, init_path, sd_path),
-        op="time",
-        report=str(io / "time.report.json"),
-        timing_config=_timing_config(cfg, p.backend),
-        timing_sets=cfg.timing_sets,
-    )
-    out, rep, waited = _run_time_op(
-        tspec,
-        root,
-        io,
-        turn,
-        cwd=work,
-        env=env,
-        limits=_limits(cfg, cfg.time_timeout_s, p.backend),
-        slot=slot,
-        writable=cand_writable,
-        hidden=hidden,
-    )
-    p.stages["time"] = time.monotonic() - t - waited
+    timer = early_time[0] if early_time else time_op()
+    out, rep, waited = timer.run(turn)
+    p.stages["time"] = time.monotonic() - t - waited  # from the start signal when early
     p.stages["time_wait"] = waited
+    _record_phases(p, "time", rep)
+    if early_time:
+        p.meta["time_started_early"] = round(timer.pre_start_s, 3)  # seconds it waited warm
     if isinstance(rep.get("timed_wall"), list):
         p.meta["timed_wall"] = [round(float(x), 6) for x in rep["timed_wall"][:2]]
     if out.timed_out:

@@ -250,13 +250,13 @@ def op_compile(spec: dict[str, Any], report: dict[str, Any]) -> None:
 
 
 def _wait_for_start(spec: dict[str, Any]) -> None:
-    """Started early (while the reference runs): poll (every ~5 ms) for the parent's ``start``
-    file (the reference's weights and init inputs are written) or its ``abort`` file."""
+    """Started early (verification: while the reference runs; timing: while the parent compares
+    the outputs): poll (every ~5 ms) for the parent's ``start`` file or its ``abort`` file."""
     start, abort = Path(spec["start_path"]), Path(spec["abort_path"])
     deadline = time.monotonic() + float(spec.get("start_timeout_s", 600.0))
     while not start.exists():
         if abort.exists():
-            raise RuntimeError("the reference failed: verification cancelled")
+            raise RuntimeError(f"{spec['op']} cancelled by the parent before it started")
         if time.monotonic() > deadline:
             raise TimeoutError("no start signal from the parent")
         time.sleep(0.005)
@@ -336,11 +336,15 @@ def _gv(g: Any) -> dict[str, Any]:
 
 
 def op_time(spec: dict[str, Any], report: dict[str, Any]) -> None:
-    import msgspec
-    import torch
+    with _phase(report, "import_torch"):
+        import msgspec
+        import torch
 
-    from cuda_agent.profiler import TimingConfig, measure
+        from cuda_agent.profiler import TimingConfig, measure
 
+    if spec.get("start_path"):  # no stage yet: a failure here is the sandbox's (infra_error)
+        with _phase(report, "wait_compare"):
+            _wait_for_start(spec)
     device = spec["device"]
     _init_device(spec)
     ref = _load_reference(spec)
