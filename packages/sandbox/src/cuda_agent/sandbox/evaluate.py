@@ -761,10 +761,12 @@ class _TimeOp:
         self._spawn(spec)
 
     def cancel(self) -> bool:
-        """An early process whose timing is not needed exits; wait for it. False (nothing to
-        do) after :meth:`run`, or when nothing was started."""
+        """An early process whose timing is not needed is ended (killed at once: it has run
+        no candidate code yet, and may still be importing torch); wait for it. False (nothing
+        to do) after :meth:`run`, or when nothing was started."""
         if self.thread is None or self.ran:
             return False
+        self.wait["abort"] = True
         with contextlib.suppress(OSError):
             self.abort.touch(mode=0o644)
         self.done.wait()
