@@ -33,7 +33,7 @@ tiny = true
 [data]
 tasks = "{tasks}"
 tasks_per_step = 2
-samples_per_task = 2
+samples_per_task = 1
 [rollout]
 mode = "single-turn"
 max_new_tokens = 8
@@ -76,10 +76,12 @@ def test_two_ranks_steps_and_checkpoints(tmp_path):
         assert (out / f"checkpoint-{step}" / "rng-rank1.pt").exists()
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [1, 2]  # rank 0 logs, once per step
-    assert all(x["episodes"] == 4 for x in lines)  # global: 2 tasks x 2 samples over 2 ranks
+    # global: 2 tasks x 1 sample over 2 ranks (each rank's second minibatch is empty: the
+    # ranks still step in lockstep)
+    assert all(x["episodes"] == 2 for x in lines)
     for rank in (0, 1):
         trajs = (out / f"trajectories.rank{rank}.jsonl").read_text().splitlines()
-        assert len(trajs) == 4  # its task x 2 samples x 2 steps
+        assert len(trajs) == 2  # its task x 1 sample x 2 steps
         assert {json.loads(t)["meta"]["rank"] for t in trajs} == {rank}
     assert (out / "final" / "config.json").exists()
 
