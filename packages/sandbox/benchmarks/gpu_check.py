@@ -163,6 +163,7 @@ def _facts(r) -> dict:
         "ok": r.ok,
         "pch": r.pch,
         "link_s": round(r.link_seconds, 2),
+        "link_stubs": r.link_stubs,
         "units": r.units,
         "log": r.log[-800:] if not r.ok else "",
     }
