@@ -85,3 +85,22 @@ def test_cuda_fixture_solutions_build_in_sandbox(tmp_path):
     for key in HONEST_OR_INCORRECT:
         assert built[key].ok, (key, built[key].log[-3000:])
     assert not built[BROKEN].ok and "scale_add_tanh.cu" in built[BROKEN].log
+    # each module (linked against stand-ins of torch's libraries) loads with every symbol bound
+    # to the real libraries, GPU or not
+    import sys
+
+    probe = (
+        "import importlib.util, sys, torch\n"
+        "s = importlib.util.spec_from_file_location('cuda_extension', sys.argv[1])\n"
+        "s.loader.exec_module(importlib.util.module_from_spec(s)); print('bound')\n"
+    )
+    for key in HONEST_OR_INCORRECT:
+        assert built[key].link_stubs or built[key].cached, key
+        r = subprocess.run(
+            [sys.executable, "-c", probe, str(built[key].so_path)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "LD_BIND_NOW": "1"},
+            timeout=300,
+        )
+        assert r.returncode == 0 and "bound" in r.stdout, (key, r.stderr[-3000:])
