@@ -998,21 +998,16 @@ def _run_on_device(
             "mem_fraction": mem_fraction,
         }
 
+    def confined(timeout_s: float, hidden: list[Path]) -> dict[str, Any]:
+        # how every process that runs the candidate's code is confined
+        lim = _limits(cfg, timeout_s, p.backend)
+        return dict(cwd=work, env=env, limits=lim, slot=slot, writable=cand_writable, hidden=hidden)
+
     def verify(
         spec: dict, hidden: list[Path], extend: Any = None
     ) -> tuple[Outcome, dict[str, Any]]:
         with turn.shared("verify"):
-            return _run_op(
-                spec,
-                root,
-                cwd=work,
-                env=env,
-                limits=_limits(cfg, cfg.verify_timeout_s, p.backend),
-                slot=slot,
-                writable=cand_writable,
-                hidden=hidden,
-                extend=extend,
-            )
+            return _run_op(spec, root, extend=extend, **confined(cfg.verify_timeout_s, hidden))
 
     rs = p.ref_state
     early = _EarlyVerify(root / "shared") if rs is None and _early_verify(cfg) else None
@@ -1069,17 +1064,7 @@ def _run_on_device(
             timing_config=_timing_config(cfg, p.backend),
             timing_sets=cfg.timing_sets,
         )
-        return _TimeOp(
-            tspec,
-            root,
-            io,
-            cwd=work,
-            env=env,
-            limits=_limits(cfg, cfg.time_timeout_s, p.backend),
-            slot=slot,
-            writable=cand_writable,
-            hidden=hidden,
-        )
+        return _TimeOp(tspec, root, io, **confined(cfg.time_timeout_s, hidden))
 
     if cfg.timing and cfg.early_time and out.returncode == 0 and rep.get("ok"):
         # the timing process imports torch while the outputs are compared (3 s on the H200)
