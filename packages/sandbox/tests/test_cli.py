@@ -47,7 +47,7 @@ def test_shards_partition_the_stream_and_bad_lines_are_emitted(tmp_path, cache_d
     assert keys[0].isdisjoint(keys[1]) and keys[0] | keys[1] == {c.solution.id for c in cands}
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(encode(cands[0]) + b"{not json\n" + encode(cands[1]))
-    p = _eval(["--on-error", "emit"], bad, cache_dir)
+    p = _eval(["--on-error", "emit", "--no-early-start"], bad, cache_dir)
     kinds = [json.loads(x)["kind"] for x in p.stdout.splitlines()]
     assert p.returncode == 0 and kinds == ["eval_result", "error", "eval_result"], p.stderr[-2000:]
     p = _eval([], bad, cache_dir)

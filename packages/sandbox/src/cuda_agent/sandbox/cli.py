@@ -130,6 +130,14 @@ def eval_cmd(
             "--timing-config", help='Profiler TimingConfig fields as JSON, e.g. {"time_cap_s": 3}.'
         ),
     ] = None,
+    early_start: Annotated[
+        bool,
+        typer.Option(
+            "--early-start/--no-early-start",
+            help="Start the verification process while the reference runs and the timing "
+            "process while the outputs are compared (each waits after import torch).",
+        ),
+    ] = True,
 ) -> None:
     """Evaluate candidates: ``sandbox eval < candidates.jsonl > results.jsonl``.
 
@@ -168,6 +176,8 @@ def eval_cmd(
         timing_config=_json_opt(timing_config),
         workers_per_gpu=workers_per_gpu,
         rerun_alone=rerun_alone,
+        early_verify=early_start,
+        early_time=early_start,
     )
     try:  # a cache the sandbox's user cannot reach would fail every candidate: say so once
         cache_root(cfg)
