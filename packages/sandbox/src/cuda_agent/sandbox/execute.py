@@ -35,6 +35,21 @@ def exec_tmp_dir() -> Path:
     return d
 
 
+TOOLS_CACHE = "tools"  # under the cache root: the only part of it agent commands may write
+
+
+def tools_cache_dir() -> Path:
+    """The cache the workspace tools build into when run by :func:`exec_command`: its own root
+    (objects, modules, extensions) under the sandbox's cache, which the trusted evaluation never
+    reads. The rest of the cache is read-only to agent commands: one that could write the
+    evaluation's build cache could plant an object under the content key of its own source, and
+    the reward's build would link that object instead of compiling what the guards read."""
+    from .config import SandboxConfig
+    from .evaluate import cache_root
+
+    return cache_root(SandboxConfig()) / TOOLS_CACHE
+
+
 def exec_command(
     workspace: str | os.PathLike[str],
     argv: list[str],
@@ -45,17 +60,16 @@ def exec_command(
 ) -> Outcome:
     """Run ``argv`` in ``workspace``: its own session and process group (all killed at the
     limit), no network unless asked, limits on processes and file size, writes confined to the
-    workspace and a scratch directory; stdout and stderr each capped (head and tail kept)."""
-    from .config import SandboxConfig
-    from .evaluate import cache_root
-
+    workspace, a scratch directory and the tools' own cache (:func:`tools_cache_dir`); stdout
+    and stderr each capped (head and tail kept)."""
     ws = Path(workspace).resolve()
     tmp = exec_tmp_dir()
-    # the workspace's utils/ evaluate through this package, which writes its build cache
-    cache = cache_root(SandboxConfig())
+    # the workspace's utils/ build and evaluate through this package, into a cache of their own
+    cache = tools_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k in KEEP_ENV}
     env["TMPDIR"] = str(tmp)
+    env["CUDA_AGENT_SANDBOX_CACHE"] = str(cache)
     lim = Limits(
         timeout_s=timeout,
         output_cap=max_output,
