@@ -30,3 +30,37 @@ def test_agent_commands_cannot_plant_objects_in_the_evaluation_cache(tmp_path, m
     assert tools != str(trusted) and tools.startswith(str(trusted))
     out = exec_shell(ws, "mkdir -p $CUDA_AGENT_SANDBOX_CACHE/build && touch $_/x && echo made")
     assert "made" in out.stdout, out.stdout + out.stderr
+
+
+def test_agent_tools_reuse_what_the_evaluation_built(
+    warm_build, cache_dir, tmp_path, monkeypatch, scale_add_task, scale_add_files
+):
+    """The tools' cache reads (never writes) the trusted one: a workspace whose files the
+    evaluation already built compiles from it without running a compiler."""
+    import shutil
+
+    from cuda_agent.sandbox.build import ObjectCache
+    from cuda_agent.sandbox.workspace import create_workspace
+
+    if not caps().network_ns:
+        pytest.skip("read-only file system views need a mount namespace")
+    monkeypatch.setenv("CUDA_AGENT_SANDBOX_CACHE", str(cache_dir))
+    ws = create_workspace(scale_add_task, tmp_path / "ws", backend="cpu")
+    shutil.rmtree(ws / "kernels")
+    for name, text in scale_add_files.items():
+        (ws / name).parent.mkdir(parents=True, exist_ok=True)
+        (ws / name).write_text(text)
+    out = exec_shell(ws, "python utils/compile.py")
+    assert "BUILD OK" in out.stdout, out.stdout + out.stderr[-2000:]
+    assert "binding.cpp (main, cached)" in out.stdout and "(kernel, cached)" in out.stdout
+    assert (ws / "build" / "cuda_extension.so").exists()
+    # the lookup order: its own entry, else the other store's, else its own path (to write)
+    own, other = ObjectCache(tmp_path / "own", read_also=tmp_path / "other"), tmp_path / "other"
+    p = own.obj_path("ab01")
+    assert own.existing(p) == p
+    (other / p.relative_to(own.root)).parent.mkdir(parents=True)
+    (other / p.relative_to(own.root)).write_bytes(b"x")
+    assert own.existing(p) == other / p.relative_to(own.root)
+    p.parent.mkdir(parents=True)
+    p.write_bytes(b"y")
+    assert own.existing(p) == p

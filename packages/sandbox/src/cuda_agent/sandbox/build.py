@@ -70,14 +70,31 @@ class BuildResult:
     link_stubs: bool = False  # linked against stand-ins of torch's libraries (ensure_link_stubs)
 
 
-class ObjectCache:
-    """Content-addressed store of objects, modules and precompiled headers under ``root``."""
+# set by `sandbox exec` for the workspace tools: the trusted evaluation's cache root, which they
+# may read (never write): what the evaluation built is trustworthy input for a tool
+READ_ALSO_ENV = "CUDA_AGENT_SANDBOX_READ_CACHE"
 
-    def __init__(self, root: str | os.PathLike[str]):
+
+class ObjectCache:
+    """Content-addressed store of objects, modules and precompiled headers under ``root``;
+    ``read_also``: another such store whose entries are used (never written) when ``root`` lacks
+    them."""
+
+    def __init__(
+        self, root: str | os.PathLike[str], read_also: str | os.PathLike[str] | None = None
+    ):
         self.root = Path(root)
+        self.read_also = Path(read_also) if read_also else None
         (self.root / "objects").mkdir(parents=True, exist_ok=True)
         (self.root / "modules").mkdir(parents=True, exist_ok=True)
         (self.root / "pch").mkdir(parents=True, exist_ok=True)
+
+    def existing(self, p: Path) -> Path:
+        """``p`` (a path under ``root``), or the ``read_also`` store's copy when only it has one."""
+        if self.read_also is None or p.exists():
+            return p
+        alt = self.read_also / p.relative_to(self.root)
+        return alt if alt.exists() else p
 
     def obj_path(self, key: str) -> Path:
         return self.root / "objects" / key[:2] / f"{key}.o"
@@ -103,6 +120,13 @@ class ObjectCache:
     def lock(self, name: str):
         with exclusive_lock(self.root / f".{name}.lock"):
             yield
+
+
+def build_cache(cache_root: Path) -> ObjectCache:
+    """The build cache under a sandbox cache root; inside ``sandbox exec``
+    (``$CUDA_AGENT_SANDBOX_READ_CACHE``) it also reads the trusted evaluation's build cache."""
+    shared = os.environ.get(READ_ALSO_ENV)
+    return ObjectCache(cache_root / "build", read_also=Path(shared) / "build" if shared else None)
 
 
 def _sha(*parts: bytes | str) -> str:
@@ -145,9 +169,10 @@ def _deps_digest(src_dir: Path) -> str:
 def ensure_pch(cache: ObjectCache, flags: Flags, limits: Limits) -> tuple[Path | None, str]:
     """The precompiled prelude for ``flags`` (built once under a lock); (dir, note)."""
     d = cache.root / "pch" / flags.key
-    gch = d / (PRELUDE + ".gch")
+    gch = cache.existing(d / (PRELUDE + ".gch"))
     if gch.exists():
-        return d, "pch: cached"
+        return gch.parent, "pch: cached"
+    gch = d / (PRELUDE + ".gch")
     with cache.lock(f"pch-{flags.key}"):
         if gch.exists():
             return d, "pch: cached"
@@ -201,8 +226,8 @@ def ensure_link_stubs(cache: ObjectCache, flags: Flags) -> Path | None:
     if not flags.link_stubs:
         return None
     d = cache.root / "linkstubs" / flags.key
-    if (d / ".done").exists():
-        return d
+    if (done := cache.existing(d / ".done")).exists():
+        return done.parent
     tmp = d.with_name(f".{d.name}.{uuid.uuid4().hex[:8]}")
     try:
         with cache.lock(f"linkstubs-{flags.key}"):
@@ -352,7 +377,7 @@ def build_workdir(
             deps if u.kind != "cuda" else _sha(deps, "cu"),
             standin_key if u.kind == "binding" else "",
         )
-        u.obj = cache.obj_path(u.key)
+        u.obj = cache.existing(cache.obj_path(u.key))
         u.cached = u.obj.exists()
     notes: list[str] = []
     pch_dir: Path | None = None
@@ -470,7 +495,7 @@ def build_workdir(
         if re.search(r"cudnn", text, re.I):
             extra += ["-lcudnn"]
     mkey = _sha(flags.key, *sorted(u.key for u in units), *extra)
-    mod = cache.module_path(mkey)
+    mod = cache.existing(cache.module_path(mkey))
     all_cached = all(u.cached for u in units) and mod.exists()
     link_s = 0.0
     linked_stubs = False

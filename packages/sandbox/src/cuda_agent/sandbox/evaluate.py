@@ -62,7 +62,7 @@ from cuda_agent.records import (
     TrialDetail,
 )
 
-from .build import ObjectCache, build_workdir
+from .build import build_cache, build_workdir
 from .compare import Tolerance, compare
 from .config import SandboxConfig, resolve_backend
 from .gate import DeviceGate, Occupant, device_gate, domain_of
@@ -429,7 +429,7 @@ def _prepare(p: Prepared, slot: int) -> None:
             p.work,
             p.work / "build",
             backend=p.backend,
-            cache=ObjectCache(cache / "build"),
+            cache=build_cache(cache),
             jobs=cfg.compile_jobs,
             timeout_s=cfg.compile_timeout_s,
             pch=cfg.pch,

@@ -6,6 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from .build import READ_ALSO_ENV
 from .isolation import Limits, Outcome, run_confined
 
 # the environment a tool command sees: enough to run python, nvcc and the workspace's utils
@@ -65,11 +66,13 @@ def exec_command(
     ws = Path(workspace).resolve()
     tmp = exec_tmp_dir()
     # the workspace's utils/ build and evaluate through this package, into a cache of their own
+    # that also reads (never writes) the trusted one
     cache = tools_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k in KEEP_ENV}
     env["TMPDIR"] = str(tmp)
     env["CUDA_AGENT_SANDBOX_CACHE"] = str(cache)
+    env[READ_ALSO_ENV] = str(cache.parent)
     lim = Limits(
         timeout_s=timeout,
         output_cap=max_output,

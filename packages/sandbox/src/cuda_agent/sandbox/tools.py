@@ -34,7 +34,7 @@ def _config(backend: str, **kw: object) -> SandboxConfig:
 
 
 def _compile(ws: Path, argv: list[str]) -> int:
-    from .build import ObjectCache, build_workdir
+    from .build import build_cache, build_workdir
     from .evaluate import cache_root
     from .workspace import load_workspace_task
 
@@ -51,7 +51,7 @@ def _compile(ws: Path, argv: list[str]) -> int:
         ws,
         ws / "build",
         backend=backend,
-        cache=ObjectCache(cache_root(cfg) / "build"),
+        cache=build_cache(cache_root(cfg)),
         jobs=a.jobs,
         timeout_s=a.timeout,
     )
