@@ -64,3 +64,40 @@ def test_agent_tools_reuse_what_the_evaluation_built(
     p.parent.mkdir(parents=True)
     p.write_bytes(b"y")
     assert own.existing(p) == p
+
+
+PLANTER = (
+    "import os\nimport torch\nimport torch.nn as nn\n\n"
+    "class ModelNew(nn.Module):\n"
+    "    def __init__(self, cols):\n        super().__init__()\n"
+    "        self.w = nn.Parameter(torch.empty(cols))\n        self.b = nn.Parameter(torch.empty(cols))\n"
+    "    def forward(self, x):\n"
+    "        triton = os.environ['TRITON_CACHE_DIR']\n"
+    "        root = os.path.dirname(os.path.dirname(triton))\n"
+    "        for d in ('kb_ext', 'triton'):\n"
+    "            try:\n"
+    "                open(os.path.join(root, d, 'planted-for-another-solution'), 'w').close()\n"
+    "                raise RuntimeError('PLANTED in ' + d)\n"
+    "            except OSError:\n"
+    "                pass\n"
+    "        open(os.path.join(triton, 'own-entry'), 'w').close()  # its own namespace: fine\n"
+    "        return x * self.w + self.b\n"
+)
+
+
+def test_a_candidate_cannot_leave_extensions_for_other_solutions(cache_dir, scale_add_task):
+    """KernelBench extension and Triton builds run inside the candidate's process, so each
+    solution writes only its own namespace of those caches."""
+    from cuda_agent.records import Status
+    from cuda_agent.sandbox import evaluate
+
+    from .conftest import kb_candidate
+
+    if not caps().network_ns:
+        pytest.skip("read-only file system views need a mount namespace")
+    cfg = SandboxConfig(backend="cpu", cache_dir=str(cache_dir), timing=False, guard_policy="off")
+    cand = kb_candidate(scale_add_task, PLANTER)
+    r = evaluate(cand, cfg)
+    assert r.status == Status.OK, r.message
+    assert (cache_dir / "triton" / cand.solution.id / "own-entry").exists()
+    assert not list(cache_dir.glob("*/planted-for-another-solution"))

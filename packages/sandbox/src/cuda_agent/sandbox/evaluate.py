@@ -144,6 +144,18 @@ def _shared_dir(p: Path) -> Path:
     return p
 
 
+def _extension_caches(cache: Path, solution_id: str) -> tuple[Path, Path]:
+    """The KernelBench extension and Triton caches a candidate's processes may write: one pair
+    per solution (content id). Those builds run inside the candidate's own process, so what is
+    there is the candidate's word; a namespace per solution keeps one candidate from leaving a
+    module under another's key, while every phase of a solution, and every re-evaluation of the
+    same solution, still builds once."""
+    return (
+        _shared_dir(cache / "kb_ext" / solution_id),
+        _shared_dir(cache / "triton" / solution_id),
+    )
+
+
 def _result(p: Prepared, status: Status, message: str = "", **kw: Any) -> EvalResult:
     c = p.candidate
     meta = dict(p.meta)
@@ -167,7 +179,7 @@ def _result(p: Prepared, status: Status, message: str = "", **kw: Any) -> EvalRe
     )
 
 
-def _candidate_env(tmp: Path, gpu: str | None, backend: str, cache: Path) -> dict[str, str]:
+def _candidate_env(tmp: Path, gpu: str | None, backend: str, triton: Path) -> dict[str, str]:
     env = {
         "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
         "HOME": str(tmp),
@@ -177,7 +189,7 @@ def _candidate_env(tmp: Path, gpu: str | None, backend: str, cache: Path) -> dic
         "PYTHONHASHSEED": "0",
         "TORCH_EXTENSIONS_DIR": str(tmp / "torch_extensions"),
         "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
-        "TRITON_CACHE_DIR": str(_shared_dir(cache / "triton")),
+        "TRITON_CACHE_DIR": str(triton),
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(min(8, os.cpu_count() or 1))),
     }
     for k in (
@@ -468,10 +480,10 @@ def _prepare(p: Prepared, slot: int) -> None:
         )
         p.stages["compile"] = time.monotonic() - t
         return
-    kb_cache = _shared_dir(cache / "kb_ext")
+    kb_cache, triton = _extension_caches(cache, c.solution.id)
     tmp = root / "tmp_compile"
     prepare_writable(tmp, slot, _limits(p.config, 1, p.backend))
-    env = _candidate_env(tmp, None, p.backend, cache)
+    env = _candidate_env(tmp, None, p.backend, triton)
     env["CUDA_VISIBLE_DEVICES"] = ""
     spec = {
         "op": "compile",
@@ -488,7 +500,7 @@ def _prepare(p: Prepared, slot: int) -> None:
         env=env,
         limits=_limits(cfg, cfg.compile_timeout_s, p.backend),
         slot=slot,
-        writable=[tmp, kb_cache, cache / "triton"],
+        writable=[tmp, kb_cache, triton],
     )
     p.stages["compile"] = time.monotonic() - t
     builds = rep.get("builds", [])
@@ -972,8 +984,9 @@ def _run_on_device(
     lim_c = _limits(cfg, 1, p.backend)
     prepare_writable(io, slot, lim_c)
     prepare_writable(tmp, slot, lim_c)
-    env = _candidate_env(tmp, gpu, p.backend, cache)
-    cand_writable = [io, tmp, _shared_dir(cache / "kb_ext"), _shared_dir(cache / "triton")]
+    kb_cache, triton = _extension_caches(cache, c.solution.id)
+    env = _candidate_env(tmp, gpu, p.backend, triton)
+    cand_writable = [io, tmp, kb_cache, triton]
     n_trials = max(5, cfg.trials)
 
     def cand_spec_for(trials: list, init_seed: int, init_path: Path, sd_path: Path) -> dict:
@@ -984,7 +997,7 @@ def _run_on_device(
             "workdir": str(work),
             "module_dir": str(work / "build") if c.solution.format == "workdir" else None,
             "format": c.solution.format,
-            "kb_cache": str(cache / "kb_ext"),
+            "kb_cache": str(kb_cache),
             "device": device,
             "backend": p.backend,
             "init_seed": init_seed,

@@ -5,7 +5,9 @@ process by the runner).
 keys a build by (name, sources, flags, torch version, target arch): a hit imports the built module
 directly (no ninja, no lock, no writes); a miss builds in a private directory (arch list set to
 the device only, parallel ninja) and publishes it atomically, so every later process — the verify
-and timing phases, the next candidate with the same sources — loads it in milliseconds.
+and timing phases, a re-evaluation of the same solution — loads it in milliseconds. The sandbox
+gives each solution its own cache root (``evaluate._extension_caches``): what is published here
+comes from the candidate's own process, so it is never shared with another solution.
 Every build is recorded in ``BUILDS`` (name, key, hit, seconds, error) for the compile phase.
 """
 
