@@ -11,12 +11,11 @@ counted, so the ratio is conservative). Prints one JSON line: medians in seconds
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable
 
 import torch
-from paired import paired_medians
+from paired import paired_medians, print_ab
 
 import cuda_agent.sandbox.compare as cmp
 from cuda_agent.sandbox.compare import Tolerance, compare
@@ -58,18 +57,7 @@ def main() -> int:
         return run
 
     med = paired_medians({"before": check(before), "after": check(after)}, rounds)
-    print(
-        json.dumps(
-            {
-                "case": case,
-                "rows": rows,
-                "rounds": rounds,
-                "threads": torch.get_num_threads(),
-                "median_s": med,
-                "after/before": round(med["after"] / med["before"], 3),
-            }
-        )
-    )
+    print_ab(med, case=case, rows=rows, rounds=rounds, threads=torch.get_num_threads())
     return 0
 
 

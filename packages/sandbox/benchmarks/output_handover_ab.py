@@ -10,13 +10,12 @@ compare) and the after/before ratio."""
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
-from paired import paired_medians
+from paired import paired_medians, print_ab
 
 from cuda_agent.sandbox.compare import Tolerance, compare
 
@@ -50,17 +49,7 @@ def main() -> int:
     )
     torch.serialization.set_crc32_options(True)
     d.rmdir()
-    print(
-        json.dumps(
-            {
-                "rows": rows,
-                "rounds": rounds,
-                "threads": torch.get_num_threads(),
-                "median_s": med,
-                "after/before": round(med["after"] / med["before"], 3),
-            }
-        )
-    )
+    print_ab(med, rows=rows, rounds=rounds, threads=torch.get_num_threads())
     return 0
 
 

@@ -3,6 +3,7 @@ directory, which Python puts on ``sys.path``)."""
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections.abc import Callable
@@ -29,3 +30,9 @@ def paired_medians(
             if after_each is not None:
                 after_each()
     return {k: round(statistics.median(v), digits) for k, v in times.items()}
+
+
+def print_ab(med: dict[str, float], **facts: object) -> None:
+    """One JSON line: ``facts``, the medians (``median_s``) and the ``after/before`` ratio."""
+    ratio = round(med["after"] / med["before"], 3)
+    print(json.dumps({**facts, "median_s": med, "after/before": ratio}))

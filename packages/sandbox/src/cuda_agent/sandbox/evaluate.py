@@ -705,6 +705,12 @@ def _reset_device_dirs(p: Prepared, *, keep_reference: bool) -> None:
             f.unlink(missing_ok=True)
 
 
+def _early_start_spec(spec: dict[str, Any], start: Path, abort: Path, timeout_s: float) -> dict:
+    """``spec`` of a process started early: it waits after ``import torch`` for ``start`` or
+    ``abort`` (at most ``timeout_s``; runner._wait_for_start)."""
+    return dict(spec, start_path=str(start), abort_path=str(abort), start_timeout_s=timeout_s)
+
+
 class _TimeOp:
     """The ``time`` op with its start-up outside the exclusive section: the process builds its
     model and inputs under the shared gate, says ``ready``; the parent takes the gate exclusive
@@ -764,13 +770,7 @@ class _TimeOp:
         :meth:`cancel` (at most ``start_timeout_s``)."""
         self._clear()
         self.wait["since"] = time.monotonic()  # counted as a wait until run() says start
-        spec = dict(
-            self.spec,
-            start_path=str(self.start),
-            abort_path=str(self.abort),
-            start_timeout_s=start_timeout_s,
-        )
-        self._spawn(spec)
+        self._spawn(_early_start_spec(self.spec, self.start, self.abort, start_timeout_s))
 
     def cancel(self) -> bool:
         """An early process whose timing is not needed is ended (killed at once: it has run
@@ -1031,11 +1031,11 @@ def _run_on_device(
             def on_start(trials: list, init_seed: int, init_path: Path, sd_path: Path) -> None:
                 # the reference's outputs are covered by a mount in this process's view (the
                 # condition of an early start), so it may start before they exist
-                spec = dict(
+                spec = _early_start_spec(
                     cand_spec_for(trials, init_seed, init_path, sd_path),
-                    start_path=str(early.start),
-                    abort_path=str(early.abort),
-                    start_timeout_s=cfg.reference_timeout_s + 30.0,
+                    early.start,
+                    early.abort,
+                    cfg.reference_timeout_s + 30.0,
                 )
                 # its time limit counts from the start signal (the wait is the reference's)
                 early.run(verify, spec, [root / "private"], early.waited)

@@ -249,26 +249,29 @@ def op_compile(spec: dict[str, Any], report: dict[str, Any]) -> None:
     report["builds"] = kbcache.BUILDS
 
 
-def _wait_for_start(spec: dict[str, Any]) -> None:
+def _wait_for_start(spec: dict[str, Any], report: dict[str, Any], phase: str) -> None:
     """Started early (verification: while the reference runs; timing: while the parent compares
-    the outputs): poll (every ~5 ms) for the parent's ``start`` file or its ``abort`` file."""
+    the outputs): poll (every ~5 ms) for the parent's ``start`` file or its ``abort`` file, the
+    wait reported as ``phase``. Nothing to wait for without a ``start_path``. No stage is set
+    yet, so a failure here is the sandbox's (infra_error)."""
+    if not spec.get("start_path"):
+        return
     start, abort = Path(spec["start_path"]), Path(spec["abort_path"])
     deadline = time.monotonic() + float(spec.get("start_timeout_s", 600.0))
-    while not start.exists():
-        if abort.exists():
-            raise RuntimeError(f"{spec['op']} cancelled by the parent before it started")
-        if time.monotonic() > deadline:
-            raise TimeoutError("no start signal from the parent")
-        time.sleep(0.005)
+    with _phase(report, phase):
+        while not start.exists():
+            if abort.exists():
+                raise RuntimeError(f"{spec['op']} cancelled by the parent before it started")
+            if time.monotonic() > deadline:
+                raise TimeoutError("no start signal from the parent")
+            time.sleep(0.005)
 
 
 def op_candidate(spec: dict[str, Any], report: dict[str, Any]) -> None:
     with _phase(report, "import_torch"):
         import torch
 
-    if spec.get("start_path"):  # no stage yet: a failure here is the sandbox's (infra_error)
-        with _phase(report, "wait_reference"):
-            _wait_for_start(spec)
+    _wait_for_start(spec, report, "wait_reference")
 
     device = spec["device"]
     with _phase(report, "load_reference"):
@@ -342,9 +345,7 @@ def op_time(spec: dict[str, Any], report: dict[str, Any]) -> None:
 
         from cuda_agent.profiler import TimingConfig, measure
 
-    if spec.get("start_path"):  # no stage yet: a failure here is the sandbox's (infra_error)
-        with _phase(report, "wait_compare"):
-            _wait_for_start(spec)
+    _wait_for_start(spec, report, "wait_compare")
     device = spec["device"]
     _init_device(spec)
     ref = _load_reference(spec)
