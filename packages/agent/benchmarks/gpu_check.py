@@ -168,6 +168,7 @@ def section_scripted(tok) -> None:
     log(f"scripted: ScriptedPolicy on the {BACKEND} backend")
     task, files = scripted_task_and_files()
     ws = Path(tempfile.mkdtemp(prefix="agent-scripted-"))
+    ws.chmod(0o755)  # mkdtemp's 0700: agent commands run as another uid under root
     runner = EpisodeRunner(
         ScriptedPolicy(tok, script(files)),
         env_for(ws),
@@ -263,6 +264,7 @@ def section_tiny() -> None:
     tasks = tiny_tasks()
     jobs = [(tasks[k % len(tasks)], k // len(tasks)) for k in range(EPISODES)]
     ws = Path(tempfile.mkdtemp(prefix="agent-tiny-"))
+    ws.chmod(0o755)  # mkdtemp's 0700: agent commands run as another uid under root
     cfg = EpisodeConfig(
         max_turns=MAX_TURNS,
         max_new_tokens=MAX_NEW,

@@ -13,17 +13,31 @@ from cuda_agent.records import Candidate, Solution, Task
 FIX = Path(__file__).parent / "fixtures"
 
 
+def let_other_users_reach(d: Path) -> None:
+    """pytest's temporary dirs are 0700: let the sandbox's unprivileged uids through to ``d``."""
+    for parent in (d, *d.parents):
+        if parent == Path(tempfile.gettempdir()):
+            break
+        parent.chmod(parent.stat().st_mode | 0o111)
+
+
+@pytest.fixture
+def confined_tmp(tmp_path) -> Path:
+    """``tmp_path`` that confined processes can reach and write, also as root (where they run as
+    another uid)."""
+    let_other_users_reach(tmp_path)
+    tmp_path.chmod(0o777)
+    return tmp_path
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
     """Session-wide caches (set CUDA_AGENT_SANDBOX_TEST_CACHE to reuse one across runs)."""
     env = os.environ.get("CUDA_AGENT_SANDBOX_TEST_CACHE")
     d = Path(env) if env else tmp_path_factory.mktemp("sandbox-cache")
     d.mkdir(parents=True, exist_ok=True)
-    if not env:  # pytest's temporary dirs are 0700: let the sandbox's unprivileged user through
-        for parent in (d, *d.parents):
-            if parent == Path(tempfile.gettempdir()):
-                break
-            parent.chmod(parent.stat().st_mode | 0o111)
+    if not env:
+        let_other_users_reach(d)
     os.environ.setdefault("CUDA_AGENT_CACHE", str(d / "profiler"))  # baselines of the profiler
     return d
 

@@ -7,19 +7,20 @@ import pytest
 
 from cuda_agent.sandbox import SandboxConfig, exec_shell
 from cuda_agent.sandbox.evaluate import cache_root
+from cuda_agent.sandbox.execute import tools_cache_dir
 from cuda_agent.sandbox.isolation import caps
 
 
-def test_agent_commands_cannot_plant_objects_in_the_evaluation_cache(tmp_path, monkeypatch):
+def test_agent_commands_cannot_plant_objects_in_the_evaluation_cache(confined_tmp, monkeypatch):
     """An agent that could write the evaluation's build cache could plant an object under the
     content key of its own source, and the reward's build would link that object instead of
     compiling the source the guards read."""
     if not caps().network_ns:  # the same probe: namespaces, hence read-only views
         pytest.skip("read-only file system views need a mount namespace")
-    monkeypatch.setenv("CUDA_AGENT_SANDBOX_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CUDA_AGENT_SANDBOX_CACHE", str(confined_tmp / "cache"))
     trusted = cache_root(SandboxConfig())
     (trusted / "build" / "objects" / "ab").mkdir(parents=True)
-    ws = tmp_path / "ws"
+    ws = confined_tmp / "ws"
     ws.mkdir()
     planted = trusted / "build" / "objects" / "ab" / "ab0123.o"
     out = exec_shell(ws, f"echo evil > {planted}; echo rc=$?; echo $CUDA_AGENT_SANDBOX_CACHE")
@@ -27,13 +28,13 @@ def test_agent_commands_cannot_plant_objects_in_the_evaluation_cache(tmp_path, m
     assert "rc=0" not in out.stdout, out.stdout
     # the tools' own cache (what utils/compile.py and utils/verify.py build into) is writable
     tools = out.stdout.strip().splitlines()[-1]
-    assert tools != str(trusted) and tools.startswith(str(trusted))
+    assert tools == str(tools_cache_dir(ws)) and tools.startswith(str(trusted))
     out = exec_shell(ws, "mkdir -p $CUDA_AGENT_SANDBOX_CACHE/build && touch $_/x && echo made")
     assert "made" in out.stdout, out.stdout + out.stderr
 
 
 def test_agent_tools_reuse_what_the_evaluation_built(
-    warm_build, cache_dir, tmp_path, monkeypatch, scale_add_task, scale_add_files
+    warm_build, cache_dir, confined_tmp, monkeypatch, scale_add_task, scale_add_files
 ):
     """The tools' cache reads (never writes) the trusted one: a workspace whose files the
     evaluation already built compiles from it without running a compiler."""
@@ -45,6 +46,7 @@ def test_agent_tools_reuse_what_the_evaluation_built(
     if not caps().network_ns:
         pytest.skip("read-only file system views need a mount namespace")
     monkeypatch.setenv("CUDA_AGENT_SANDBOX_CACHE", str(cache_dir))
+    tmp_path = confined_tmp
     ws = create_workspace(scale_add_task, tmp_path / "ws", backend="cpu")
     shutil.rmtree(ws / "kernels")
     for name, text in scale_add_files.items():

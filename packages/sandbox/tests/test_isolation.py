@@ -10,37 +10,37 @@ from cuda_agent.sandbox.isolation import Limits, cap_text, caps, run_confined
 PY = sys.executable
 
 
-def _run(code: str, tmp_path, **kw):
+def _run(code: str, cwd, **kw):
     lim = Limits(**{"timeout_s": 20.0, **kw})
     return run_confined(
         [PY, "-c", code],
-        cwd=tmp_path,
+        cwd=cwd,
         env={"PATH": "/usr/bin:/bin"},
         limits=lim,
-        writable=[tmp_path],
+        writable=[cwd],
     )
 
 
-def test_exit_code_and_output(tmp_path):
-    out = _run("import sys; print('hi'); sys.stderr.write('err'); sys.exit(3)", tmp_path)
+def test_exit_code_and_output(confined_tmp):
+    out = _run("import sys; print('hi'); sys.stderr.write('err'); sys.exit(3)", confined_tmp)
     assert out.returncode == 3 and out.stdout.strip() == "hi" and out.stderr == "err"
 
 
-def test_deadline_kills_the_whole_tree(tmp_path):
+def test_deadline_kills_the_whole_tree(confined_tmp):
     # a duration of its own, so no other sleep on the host (another test run) can be taken for it
     secs = f"300.{os.getpid()}"
     code = (
         "import os, subprocess, time\n"
         f"p = subprocess.Popen(['sleep', '{secs}'], start_new_session=True)\n"
         "time.sleep(0.3)\n"
-        f"open('{tmp_path}/child', 'w').write(str(p.pid) if p.poll() is None else 'exited')\n"
+        f"open('{confined_tmp}/child', 'w').write(str(p.pid) if p.poll() is None else 'exited')\n"
         "time.sleep(300)\n"
     )
     t0 = time.monotonic()
-    out = _run(code, tmp_path, timeout_s=3.0)
+    out = _run(code, confined_tmp, timeout_s=3.0)
     assert out.timed_out and out.killed_for == "timeout"
     assert time.monotonic() - t0 < 30
-    assert (tmp_path / "child").read_text() != "exited"  # the child was running when killed
+    assert (confined_tmp / "child").read_text() != "exited"  # the child was running when killed
     # the kernel tears a dead pid namespace down asynchronously: under a fully loaded 2-core CI
     # machine that took more than 15 s twice (the process was gone a minute later)
     deadline = time.monotonic() + 90
@@ -56,29 +56,29 @@ def _alive_sleep(secs: str) -> bool:
     return any(p.info["cmdline"] == ["sleep", secs] for p in psutil.process_iter(["cmdline"]))
 
 
-def test_output_is_capped_head_and_tail(tmp_path):
-    out = _run("print('A' * 100000 + 'END')", tmp_path, output_cap=1000)
+def test_output_is_capped_head_and_tail(confined_tmp):
+    out = _run("print('A' * 100000 + 'END')", confined_tmp, output_cap=1000)
     assert out.stdout.startswith("A") and out.stdout.rstrip().endswith("END")
     assert "bytes cut" in out.stdout and len(out.stdout) < 1200
     assert "cut" in cap_text("x" * 5000, 100)
 
 
-def test_no_network_and_read_only_fs(tmp_path):
+def test_no_network_and_read_only_fs(confined_tmp):
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
     srv.settimeout(0.5)
     port = srv.getsockname()[1]
-    outside = tmp_path.parent / f"outside-{port}"
+    outside = confined_tmp.parent / f"outside-{port}"
     code = (
         "import socket\n"
         f"try:\n  socket.create_connection(('127.0.0.1', {port}), timeout=2); print('NET')\n"
         "except OSError as e: print('nonet')\n"
         f"try:\n  open('{outside}', 'w').write('x'); print('WROTE')\n"
         "except OSError: print('ro')\n"
-        f"open('{tmp_path}/inside', 'w').write('x'); print('inside')\n"
+        f"open('{confined_tmp}/inside', 'w').write('x'); print('inside')\n"
     )
-    out = _run(code, tmp_path)
+    out = _run(code, confined_tmp)
     c = caps()
     if c.network_ns:
         assert "nonet" in out.stdout and "NET" not in out.stdout
@@ -91,10 +91,10 @@ def test_no_network_and_read_only_fs(tmp_path):
         assert "ro" in out.stdout.split() and not outside.exists()
     else:
         assert "NOT isolated" in out.isolation["network"]
-    assert "inside" in out.stdout and (tmp_path / "inside").exists()
+    assert "inside" in out.stdout and (confined_tmp / "inside").exists()
 
 
-def test_process_limit(tmp_path):
+def test_process_limit(confined_tmp):
     code = (
         "import os, time\n"
         "n = 0\n"
@@ -106,7 +106,7 @@ def test_process_limit(tmp_path):
         "except OSError: pass\n"
         "print(n)\n"
     )
-    out = _run(code, tmp_path, nproc=20)
+    out = _run(code, confined_tmp, nproc=20)
     c = caps()
     if c.cgroup_base:  # the watchdog may stop it as soon as a fork is refused
         assert out.killed_for == "processes" or int(out.stdout.strip()) < 20, out
@@ -114,10 +114,10 @@ def test_process_limit(tmp_path):
         assert out.returncode == 0 and int(out.stdout.strip()) < 20, out
 
 
-def test_private_dev_shm(tmp_path):
+def test_private_dev_shm(confined_tmp):
     out = _run(
         "import os\nopen('/dev/shm/sbx-left-behind', 'w').write('x')\nprint(os.listdir('/dev/shm'))",
-        tmp_path,
+        confined_tmp,
     )
     assert out.returncode == 0, out
     if caps().network_ns:  # namespaces available: the file lived in a private tmpfs
@@ -126,9 +126,9 @@ def test_private_dev_shm(tmp_path):
         assert not os.path.exists("/dev/shm/sbx-left-behind")
 
 
-def test_memory_watchdog(tmp_path):
+def test_memory_watchdog(confined_tmp):
     code = "x = []\nwhile True:\n  x.append(bytearray(64 << 20))\n"
-    out = _run(code, tmp_path, rss_mb=300, address_space_mb=None)
+    out = _run(code, confined_tmp, rss_mb=300, address_space_mb=None)
     assert out.killed_for == "memory" or out.returncode != 0
 
 
@@ -155,15 +155,15 @@ def test_kill_marked_finds_detached_descendants():
         marked.kill()
 
 
-def test_confined_processes_die_with_their_evaluator(tmp_path):
+def test_confined_processes_die_with_their_evaluator(confined_tmp):
     """A killed evaluator (SIGKILL: no clean-up runs) leaves no confined process behind."""
     import subprocess
 
     secs = f"300.{os.getpid()}1"
     code = (
         "from cuda_agent.sandbox.isolation import Limits, run_confined\n"
-        f"run_confined(['sleep', '{secs}'], cwd={str(tmp_path)!r}, env={{'PATH': '/usr/bin:/bin'}},"
-        f" limits=Limits(timeout_s=300.0), writable=[{str(tmp_path)!r}])\n"
+        f"run_confined(['sleep', '{secs}'], cwd={str(confined_tmp)!r}, env={{'PATH': '/usr/bin:/bin'}},"
+        f" limits=Limits(timeout_s=300.0), writable=[{str(confined_tmp)!r}])\n"
     )
     ev = subprocess.Popen([PY, "-c", code])
     deadline = time.monotonic() + 60

@@ -23,8 +23,10 @@ class SandboxEnv:
         self.protected = (*INFRA_FILES, "model.py", "SKILL.md", "utils/", ".sandbox/")
 
     def make_workspace(self, task: Task, root: Path) -> Path:
+        from cuda_agent.sandbox.execute import check_workspace_reachable
         from cuda_agent.sandbox.workspace import create_workspace
 
+        check_workspace_reachable(root)  # fail before the episode, not at its first command
         return create_workspace(task, root, backend=self.backend)
 
     def bash(self, root: Path, command: str, timeout: float) -> BashOutput:

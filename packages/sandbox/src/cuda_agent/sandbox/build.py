@@ -25,7 +25,7 @@ from pathlib import Path
 
 from cuda_agent.records.filelock import exclusive_lock
 
-from .isolation import Limits, cap_text, run_confined
+from .isolation import Limits, cap_text, prepare_writable, run_confined, sandbox_uid
 from .toolchain import Flags, flags_for, torch_info
 
 HEADER_EXT = (".h", ".hpp", ".cuh", ".inl", ".hh")
@@ -104,8 +104,13 @@ class ObjectCache:
 
     def put(self, tmp: Path, dest: Path) -> None:
         """Move ``tmp`` into the cache atomically. Across file systems (a confined tool command
-        sees the cache as another mount) it is copied next to ``dest`` first, then renamed."""
+        sees the cache as another mount) it is copied next to ``dest`` first, then renamed.
+        A file a confined compiler (another uid) wrote becomes this process's first: no later
+        process of that uid may change what the cache holds."""
         dest.parent.mkdir(parents=True, exist_ok=True)
+        if os.lstat(tmp).st_uid != os.geteuid():
+            os.chown(tmp, os.geteuid(), os.getegid())
+            os.chmod(tmp, os.lstat(tmp).st_mode & 0o755)
         try:
             os.replace(tmp, dest)
         except OSError as e:
@@ -301,6 +306,18 @@ def _compiler_env(tmp: Path) -> dict[str, str]:
     return env
 
 
+@contextlib.contextmanager
+def _scratch(out: Path, limits: Limits, uid: int | None):
+    """A fresh directory under ``out`` that only a compiler process of ``uid`` (None: this
+    process's user) writes; removed afterwards."""
+    d = out / f".scratch-{uuid.uuid4().hex[:10]}"
+    prepare_writable(d, limits=limits, uid=uid) if uid is not None else d.mkdir(parents=True)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def _unit_cmd(
     u: Unit, flags: Flags, out: Path, src_dir: Path, pch_dir: Path | None, standin: bool = False
 ) -> list[str]:
@@ -391,38 +408,50 @@ def build_workdir(
     def compile_one(u: Unit) -> None:
         if u.cached:
             return
-        tmp = out / f".{u.key}.{uuid.uuid4().hex[:6]}.o"
-        standin = bool(u.heavy) and os.environ.get("CUDA_AGENT_STANDIN", "1") != "0"
-        if standin and u.frontend:  # it would fail against the stand-in: skip that attempt
-            standin, u.headers = False, "real (C++ frontend)"
-        t = time.monotonic()
-        while True:
-            cmd = _unit_cmd(u, flags, tmp, src, pch_dir, standin)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                u.ok, u.timed_out, u.log = False, True, "not started: compile time limit reached"
-                return
-            lim = Limits(
-                **{**base.__dict__, "timeout_s": left, "drop_user": False, "address_space_mb": None}
-            )
-            res = run_confined(cmd, cwd=src, env=_compiler_env(out), limits=lim, writable=[out])
-            if standin and (res.returncode != 0 or not tmp.exists()) and not res.timed_out:
-                standin, u.headers = False, "real (stand-in failed)"
-                continue  # needs more than the prelude declares: the real headers decide
-            if standin:
-                u.headers = "stand-in"
-            break
-        u.seconds = time.monotonic() - t
-        u.log = (res.stdout + res.stderr).strip()
-        if res.returncode == 0 and tmp.exists():
-            cache.put(tmp, u.obj)  # type: ignore[arg-type]
-        else:
-            u.ok = False
-            u.timed_out = res.timed_out
-            if res.killed_for:
-                u.log += f"\n[{res.describe()}]"
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+        lim0 = Limits(**{**base.__dict__, "address_space_mb": None})
+        # the compiler reads the candidate's source, which may name any file (#include of an
+        # absolute path), and its errors go back to the agent: it runs as a leased unprivileged
+        # uid where one is dropped to, writing only a scratch directory of its own
+        with sandbox_uid(lim0) as uid, _scratch(out, lim0, uid) as scratch:
+            tmp = scratch / "unit.o"
+            standin = bool(u.heavy) and os.environ.get("CUDA_AGENT_STANDIN", "1") != "0"
+            if standin and u.frontend:  # it would fail against the stand-in: skip that attempt
+                standin, u.headers = False, "real (C++ frontend)"
+            t = time.monotonic()
+            while True:
+                cmd = _unit_cmd(u, flags, tmp, src, pch_dir, standin)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    u.ok, u.timed_out, u.log = (
+                        False,
+                        True,
+                        "not started: compile time limit reached",
+                    )
+                    return
+                lim = Limits(**{**lim0.__dict__, "timeout_s": left})
+                res = run_confined(
+                    cmd,
+                    cwd=src,
+                    env=_compiler_env(scratch),
+                    limits=lim,
+                    writable=[scratch],
+                    uid=uid,
+                )
+                if standin and (res.returncode != 0 or not tmp.exists()) and not res.timed_out:
+                    standin, u.headers = False, "real (stand-in failed)"
+                    continue  # needs more than the prelude declares: the real headers decide
+                if standin:
+                    u.headers = "stand-in"
+                break
+            u.seconds = time.monotonic() - t
+            u.log = (res.stdout + res.stderr).strip()
+            if res.returncode == 0 and tmp.exists():
+                cache.put(tmp, u.obj)  # type: ignore[arg-type]
+            else:
+                u.ok = False
+                u.timed_out = res.timed_out
+                if res.killed_for:
+                    u.log += f"\n[{res.describe()}]"
 
     todo = [u for u in units if not u.cached]
     # slowest first: bindings, then CUDA, then plain C++
@@ -501,28 +530,33 @@ def build_workdir(
     linked_stubs = False
     if not mod.exists():
         tl = time.monotonic()
-        tmp = out / f".link.{uuid.uuid4().hex[:6]}.so"
         # binding.cpp first: of the inline pybind11 code every object carries, the linker keeps
         # the first copy, i.e. its -O1 one (see toolchain.flags_for)
         objs = [str(u.obj) for u in units]
         stubs = ensure_link_stubs(cache, flags)
         # searched first: -l of torch's libraries finds the stand-ins
         search = [f"-L{stubs}"] if stubs else []
-        cmd = [flags.cxx, *objs, *search, *flags.ldflags, *extra, "-o", str(tmp)]
         left = max(1.0, deadline - time.monotonic())
-        res = run_confined(
-            cmd,
-            cwd=src,
-            env=_compiler_env(out),
-            writable=[out],
-            limits=Limits(**{**base.__dict__, "timeout_s": left, "drop_user": False}),
-        )
-        if res.returncode != 0 or not tmp.exists():
-            log = "\n".join(notes + logs + ["== link", (res.stdout + res.stderr).strip()])
-            return BuildResult(
-                False, None, log, time.monotonic() - t0, False, res.timed_out, unit_facts, pch_state
+        lim = Limits(**{**base.__dict__, "timeout_s": left})
+        with sandbox_uid(lim) as uid, _scratch(out, lim, uid) as scratch:
+            tmp = scratch / "module.so"
+            cmd = [flags.cxx, *objs, *search, *flags.ldflags, *extra, "-o", str(tmp)]
+            res = run_confined(
+                cmd, cwd=src, env=_compiler_env(scratch), writable=[scratch], limits=lim, uid=uid
             )
-        cache.put(tmp, mod)
+            if res.returncode != 0 or not tmp.exists():
+                log = "\n".join(notes + logs + ["== link", (res.stdout + res.stderr).strip()])
+                return BuildResult(
+                    False,
+                    None,
+                    log,
+                    time.monotonic() - t0,
+                    False,
+                    res.timed_out,
+                    unit_facts,
+                    pch_state,
+                )
+            cache.put(tmp, mod)
         link_s = time.monotonic() - tl
         linked_stubs = stubs is not None
     so = out / "cuda_extension.so"

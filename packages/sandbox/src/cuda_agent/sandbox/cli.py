@@ -349,14 +349,6 @@ def _json_opt(text: str | None) -> dict | None:
     return d
 
 
-def _tmp_dirs() -> list[Path]:
-    import tempfile
-
-    d = Path(tempfile.gettempdir()) / "sandbox-exec"
-    d.mkdir(exist_ok=True)
-    return [d]
-
-
 @app.command("caps")
 def caps_cmd() -> None:
     """Print what isolation this machine allows (uid drop, network namespace, pids cgroup)."""
@@ -365,6 +357,26 @@ def caps_cmd() -> None:
     from .isolation import caps
 
     print(json.dumps(caps().__dict__, indent=1))
+
+
+@app.command("flags")
+def flags_cmd(
+    backend: Annotated[str, typer.Option("--backend", help="cpu or cuda.")] = "cpu",
+) -> None:
+    """Print the compile and link flags of BACKEND and the tool versions in their cache key (JSON):
+    two builds share cached objects only when these match, e.g. ``sandbox flags`` against
+    ``sandbox exec WS -- sandbox flags`` when an agent's compile misses the evaluation's cache."""
+    import dataclasses
+    import json
+
+    from .toolchain import cxx, flags_for, nvcc, tool_version
+
+    f = flags_for(backend)
+    tools = {
+        "cxx": tool_version(cxx()),
+        "nvcc": tool_version(nvcc() or "") if backend == "cuda" else "",
+    }
+    print(json.dumps({**dataclasses.asdict(f), "tool_versions": tools}, indent=1))
 
 
 if __name__ == "__main__":

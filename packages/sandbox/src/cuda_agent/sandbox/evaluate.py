@@ -445,7 +445,8 @@ def _prepare(p: Prepared, slot: int) -> None:
             jobs=cfg.compile_jobs,
             timeout_s=cfg.compile_timeout_s,
             pch=cfg.pch,
-            limits=_limits(cfg, cfg.compile_timeout_s, p.backend, drop_user=False),
+            # compilers run as leased unprivileged uids (build.build_workdir)
+            limits=_limits(cfg, cfg.compile_timeout_s, p.backend),
         )
         os.chmod(p.work / "build", 0o755)
         p.compile = CompileDetail(

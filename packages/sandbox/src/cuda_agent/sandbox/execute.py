@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
 
 from .build import READ_ALSO_ENV
-from .isolation import Limits, Outcome, run_confined
+from .isolation import Limits, Outcome, caps, give_tree, run_confined, sandbox_uid
 
 # the environment a tool command sees: enough to run python, nvcc and the workspace's utils
 KEEP_ENV = (
@@ -30,7 +31,7 @@ KEEP_ENV = (
 
 
 def exec_tmp_dir() -> Path:
-    """The scratch directory tool commands may write besides their workspace."""
+    """The directory under which each workspace's commands get their scratch directory."""
     d = Path(tempfile.gettempdir()) / "sandbox-exec"
     d.mkdir(exist_ok=True)
     return d
@@ -39,16 +40,41 @@ def exec_tmp_dir() -> Path:
 TOOLS_CACHE = "tools"  # under the cache root: the only part of it agent commands may write
 
 
-def tools_cache_dir() -> Path:
+def _ws_key(ws: Path) -> str:
+    return hashlib.sha256(str(ws).encode()).hexdigest()[:16]
+
+
+def tools_cache_dir(workspace: str | os.PathLike[str] | None = None) -> Path:
     """The cache the workspace tools build into when run by :func:`exec_command`: its own root
-    (objects, modules, extensions) under the sandbox's cache, which the trusted evaluation never
-    reads. The rest of the cache is read-only to agent commands: one that could write the
-    evaluation's build cache could plant an object under the content key of its own source, and
-    the reward's build would link that object instead of compiling what the guards read."""
+    (objects, modules, extensions) under the sandbox's cache, one per workspace, which the
+    trusted evaluation never reads. The rest of the cache is read-only to agent commands: one
+    that could write the evaluation's build cache could plant an object under the content key of
+    its own source, and the reward's build would link that object instead of compiling what the
+    guards read. (Without ``workspace``: the parent of every workspace's tools cache.)"""
     from .config import SandboxConfig
     from .evaluate import cache_root
 
-    return cache_root(SandboxConfig()) / TOOLS_CACHE
+    base = cache_root(SandboxConfig()) / TOOLS_CACHE
+    return base / _ws_key(Path(workspace).resolve()) if workspace is not None else base
+
+
+def check_workspace_reachable(workspace: str | os.PathLike[str]) -> None:
+    """Raise PermissionError, naming the directory that blocks it, when agent commands could
+    not reach ``workspace``: started as root they run as an unprivileged uid, which needs o+x
+    on every parent (pytest's and many home directories are 0700)."""
+    from .evaluate import unreachable_parent
+
+    if not caps().drop_user:
+        return
+    ws = Path(workspace).resolve()
+    blocker = unreachable_parent(ws.parent)
+    if blocker is not None:
+        raise PermissionError(
+            f"workspace {ws}: agent commands run as an unprivileged uid (this process is root)"
+            f" and cannot reach it: {blocker} has mode {blocker.stat().st_mode & 0o777:o}"
+            f" (needs o+x); put workspaces under a directory whose parents are all"
+            f" world-executable (e.g. {tempfile.gettempdir()}), or chmod o+x {blocker}"
+        )
 
 
 def exec_command(
@@ -61,26 +87,30 @@ def exec_command(
 ) -> Outcome:
     """Run ``argv`` in ``workspace``: its own session and process group (all killed at the
     limit), no network unless asked, limits on processes and file size, writes confined to the
-    workspace, a scratch directory and the tools' own cache (:func:`tools_cache_dir`); stdout
-    and stderr each capped (head and tail kept)."""
+    workspace, its scratch directory and its tools' own cache (:func:`tools_cache_dir`); stdout
+    and stderr each capped (head and tail kept). Started as root, the command runs as a leased
+    unprivileged uid that is given the workspace, its scratch directory and its tools' cache for
+    the command's time: root inside a mount namespace could remount the read-only views
+    writable."""
     ws = Path(workspace).resolve()
-    tmp = exec_tmp_dir()
     # the workspace's utils/ build and evaluate through this package, into a cache of their own
     # that also reads (never writes) the trusted one
-    cache = tools_cache_dir()
-    cache.mkdir(parents=True, exist_ok=True)
+    cache = tools_cache_dir(ws)
+    tmp = exec_tmp_dir() / _ws_key(ws)
+    for d in (cache, tmp):
+        d.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k in KEEP_ENV}
     env["TMPDIR"] = str(tmp)
     env["CUDA_AGENT_SANDBOX_CACHE"] = str(cache)
-    env[READ_ALSO_ENV] = str(cache.parent)
-    lim = Limits(
-        timeout_s=timeout,
-        output_cap=max_output,
-        no_network=not network,
-        drop_user=False,
-        rss_mb=None,
-    )
-    return run_confined(argv, cwd=ws, env=env, limits=lim, writable=[ws, tmp, cache])
+    env[READ_ALSO_ENV] = str(cache.parent.parent)
+    lim = Limits(timeout_s=timeout, output_cap=max_output, no_network=not network, rss_mb=None)
+    with sandbox_uid(lim) as uid:
+        if uid is not None:
+            check_workspace_reachable(ws)
+            for d in (ws, cache, tmp):
+                give_tree(d, uid)
+            env["HOME"] = str(tmp)  # root's home is not the command's
+        return run_confined(argv, cwd=ws, env=env, limits=lim, writable=[ws, tmp, cache], uid=uid)
 
 
 def exec_shell(workspace: str | os.PathLike[str], command: str, **kw) -> Outcome:

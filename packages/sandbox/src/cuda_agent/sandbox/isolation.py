@@ -12,13 +12,16 @@ compiles it). Guarantees, where the OS allows (what was in force is returned in
 - no network (a fresh network namespace: no interface is up);
 - its own pid namespace (it cannot signal its parent's process group) and mount namespace with
   the file system read-only except the directories it is given;
-- an unprivileged, per-slot uid when started as root and the interpreter is reachable by it;
+- an unprivileged uid when started as root and the interpreter is reachable by it: per worker
+  slot (:func:`slot_uid`), or leased host-wide for commands that run side by side outside the
+  slots, compilers and agent tool commands (:func:`sandbox_uid`);
 - stdout/stderr captured with a cap: the head and tail are kept and the cut is said.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import json
 import os
@@ -30,13 +33,16 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 JAIL = str(Path(__file__).with_name("jail.py"))
 UID_BASE = 61000
+# leased uids (:func:`leased_uid`) start above every slot uid
+LEASED_UID_BASE = UID_BASE + 70_000
+LEASED_UIDS = 4096
 
 
 @dataclass
@@ -238,6 +244,56 @@ def slot_uid(slot: int) -> int:
     return UID_BASE + 1000 + (os.getpid() % 997) * 64 + (slot % 64)
 
 
+@contextlib.contextmanager
+def leased_uid() -> Iterator[int]:
+    """An unprivileged uid that no other confined command on this host holds until the block
+    ends (one lock file per uid in a root-only directory; a lock dies with its process). The
+    sweep after every command SIGKILLs all processes of its uid, so commands that run side by
+    side must not share one: compiler processes of one build, agent commands of many episodes.
+    Raises RuntimeError when all :data:`LEASED_UIDS` are held."""
+    d = Path(tempfile.gettempdir()) / "cuda-agent-uid-leases"
+    d.mkdir(mode=0o700, exist_ok=True)
+    start = int.from_bytes(os.urandom(2), "little")
+    for i in range(LEASED_UIDS):
+        uid = LEASED_UID_BASE + (start + i) % LEASED_UIDS
+        fd = os.open(d / str(uid), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        try:
+            yield uid
+        finally:
+            os.close(fd)
+        return
+    raise RuntimeError(f"all {LEASED_UIDS} sandbox uids are in use (see {d})")
+
+
+@contextlib.contextmanager
+def sandbox_uid(limits: Limits | None = None) -> Iterator[int | None]:
+    """A leased uid (:func:`leased_uid`) when confined processes run as another user (started as
+    root, ``limits.drop_user``, the probe passed), else None: pass it to :func:`run_confined`
+    and :func:`prepare_writable` as ``uid``."""
+    if (limits is not None and not limits.drop_user) or not caps().drop_user:
+        yield None
+        return
+    with leased_uid() as uid:
+        yield uid
+
+
+def give_tree(path: str | os.PathLike[str], uid: int) -> None:
+    """Make every file and directory under ``path`` (included) owned by ``uid``: what a
+    confined command of that uid may change, e.g. an agent's workspace. Links are not
+    followed."""
+    root = Path(path)
+    os.lchown(root, uid, uid)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            with contextlib.suppress(FileNotFoundError):
+                os.lchown(os.path.join(dirpath, name), uid, uid)
+
+
 # ---------------------------------------------------------------- running
 
 
@@ -322,16 +378,19 @@ def run_confined(
     writable: Sequence[str | os.PathLike[str]] = (),
     hidden: Sequence[str | os.PathLike[str]] = (),
     extend: Callable[[], float] | None = None,
+    uid: int | None = None,
 ) -> Outcome:
     """Run ``cmd`` confined (see the module docstring); never raises for what the command does.
 
     ``writable``: the only directories it may write (with namespaces). ``hidden``: directories
     covered by an empty mount in its namespace (required: the launcher refuses to run otherwise).
     ``extend``: seconds added to the wall-clock limit, asked again on every check (time the
-    command spends waiting for its parent, e.g. for a device gate, is not its own).
+    command spends waiting for its parent, e.g. for a device gate, is not its own). ``uid``: run
+    as this uid (from :func:`sandbox_uid`) instead of ``slot``'s, where a uid is dropped to.
     """
     c = caps()
-    uid = slot_uid(slot) if (limits.drop_user and c.drop_user) else None
+    dropping = limits.drop_user and c.drop_user
+    uid = (uid if uid is not None else slot_uid(slot)) if dropping else None
     iso: dict[str, str] = {}
     # a mark every descendant inherits: the last sweep finds processes that left the process
     # group, and the cgroup where there is none (a candidate can clear it; the cgroup is the
@@ -477,13 +536,17 @@ def run_confined(
 
 
 def prepare_writable(
-    path: str | os.PathLike[str], slot: int = 0, limits: Limits | None = None
+    path: str | os.PathLike[str],
+    slot: int = 0,
+    limits: Limits | None = None,
+    uid: int | None = None,
 ) -> None:
-    """Make ``path`` (a directory) writable by the confined processes of ``slot``."""
+    """Make ``path`` (a directory) writable by the confined processes of ``slot`` (or of
+    ``uid``, a leased one)."""
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True)
     c = caps()
     if (limits is None or limits.drop_user) and c.drop_user:
-        uid = slot_uid(slot)
+        uid = uid if uid is not None else slot_uid(slot)
         os.chown(p, uid, uid)
         os.chmod(p, 0o700)
