@@ -1,6 +1,7 @@
 """Workdir builds: parallel units, object cache by content, compile errors with their log."""
 
 import importlib.util
+import subprocess
 import uuid
 
 from cuda_agent.sandbox.build import ObjectCache, build_workdir, uses_cpp_frontend
@@ -160,7 +161,7 @@ def test_pch_rejection_is_reported_from_real_compiler_output(tmp_path):
     assert why is not None and "__OPTIMIZE__" in why
 
 
-def test_fast_linker_is_probed_and_used_for_modules():
+def test_fast_linker_is_probed_and_used_for_modules(tmp_path):
     """A linker that cannot link is never chosen; a working faster one ends up in the flags."""
     import shutil
 
@@ -168,8 +169,25 @@ def test_fast_linker_is_probed_and_used_for_modules():
 
     assert fast_linker(cxx(), ("no-such-linker",)) is None
     found = fast_linker(cxx())
-    if found is None:
-        assert not any(shutil.which(f"ld.{n}") for n in ("mold", "lld", "gold"))
+    if found is None:  # none installed, or none this compiler can drive (a wrapper's, say)
+        for n in ("mold", "lld", "gold"):
+            if shutil.which(f"ld.{n}"):
+                r = subprocess.run(
+                    [
+                        cxx(),
+                        f"-fuse-ld={n}",
+                        "-shared",
+                        "-x",
+                        "c++",
+                        "-",
+                        "-o",
+                        str(tmp_path / "p.so"),
+                    ],
+                    input="int f() { return 1; }\n",
+                    capture_output=True,
+                    text=True,
+                )
+                assert r.returncode != 0, f"{n} links here but was not chosen"
         assert not any(a.startswith("-fuse-ld=") for a in flags_for("cpu").ldflags)
     else:
         assert shutil.which(f"ld.{found}")

@@ -68,6 +68,7 @@ def test_compilers_cannot_read_what_their_uid_may_not(
     errors go back to the agent: compilers run as a leased unprivileged uid, so a root-only file
     stays unread; a clean build still works and leaves root-owned objects in the cache."""
     from cuda_agent.sandbox.build import ObjectCache, build_workdir
+    from cuda_agent.sandbox.isolation import Limits
     from cuda_agent.sandbox.workspace import materialise
 
     from .conftest import workdir_candidate
@@ -83,13 +84,29 @@ def test_compilers_cannot_read_what_their_uid_may_not(
     )
     work = materialise(bad.task, bad.solution, confined_tmp / "bad", "cpu")
     os.chmod(work, 0o755)
-    res = build_workdir(work, work / "build", backend="cpu", cache=cache, pch=False, timeout_s=600)
+    res = build_workdir(
+        work,
+        work / "build",
+        backend="cpu",
+        cache=cache,
+        pch=False,
+        timeout_s=600,
+        limits=Limits(timeout_s=600),
+    )
     assert not res.ok
     assert "TOP-SECRET" not in res.log and "Permission denied" in res.log, res.log[-2000:]
     good = workdir_candidate(scale_add_task, scale_add_files)
     work = materialise(good.task, good.solution, confined_tmp / "good", "cpu")
     os.chmod(work, 0o755)
-    res = build_workdir(work, work / "build", backend="cpu", cache=cache, pch=False, timeout_s=600)
+    res = build_workdir(
+        work,
+        work / "build",
+        backend="cpu",
+        cache=cache,
+        pch=False,
+        timeout_s=600,
+        limits=Limits(timeout_s=600),
+    )
     assert res.ok, res.log[-2000:]
     cached = [p for p in (confined_tmp / "cache").rglob("*") if p.is_file()]
     assert cached and all(p.stat().st_uid == os.geteuid() for p in cached)

@@ -361,6 +361,9 @@ def build_workdir(
 
     ``pch``: precompile the bindings' torch/pybind prelude (None: on the cuda backend only; on the
     cpu backend building it costs more than the handful of bindings a test run compiles).
+    ``limits.drop_user`` (the evaluation sets it; default off): compilers and the linker run as
+    leased unprivileged uids where this process is root, so ``src_dir`` must be reachable by
+    other users.
     Never raises for a bad solution: compiler errors, a missing source or the time limit give
     ``ok=False`` with the log. All units share one wall-clock budget of ``timeout_s``.
     """
@@ -370,7 +373,7 @@ def build_workdir(
     src = Path(src_dir)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    base = limits or Limits()
+    base = limits or Limits(drop_user=False)
     units, problems = collect_units(src, backend)
     if problems:
         return BuildResult(False, None, "\n".join(problems), time.monotonic() - t0, False)

@@ -22,6 +22,10 @@ KEEP_ENV = (
     "CUDA_VISIBLE_DEVICES",
     "VIRTUAL_ENV",
     "TERM",
+    # the evaluator's compiler: objects are shared only when the compiler (part of every cache
+    # key) is the same, and a uid may resolve another g++ on PATH
+    "CXX",
+    "CC",
     "CUDA_AGENT_SANDBOX_CACHE",
     "CUDA_AGENT_CACHE",
     # where caches live: the command must resolve the same build cache as this process
