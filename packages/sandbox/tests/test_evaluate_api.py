@@ -32,6 +32,10 @@ def test_incorrect_kernel_is_caught(warm_build, cache_dir, scale_add_task, scale
     from cuda_agent.sandbox.toolchain import flags_for
 
     assert r.meta["build"]["linker"] == flags_for("cpu").linker
+    from cuda_agent.sandbox.isolation import caps
+
+    want = "leased unprivileged uids" if caps().drop_user else "the evaluator's user"
+    assert r.meta["build"]["compilers_as"] == want
 
 
 def test_pool_keeps_order_and_static_guard_rejects(cache_dir, scale_add_task):

@@ -103,3 +103,44 @@ def test_a_candidate_cannot_leave_extensions_for_other_solutions(cache_dir, scal
     assert r.status == Status.OK, r.message
     assert (cache_dir / "triton" / cand.solution.id / "own-entry").exists()
     assert not list(cache_dir.glob("*/planted-for-another-solution"))
+
+
+def test_tools_caches_of_removed_workspaces_are_collected(confined_tmp, monkeypatch):
+    """One tools cache per workspace: those whose workspace is gone are removed when the next
+    workspace's first command runs, so an RL run's episodes do not pile them up."""
+    import shutil
+
+    monkeypatch.setenv("CUDA_AGENT_SANDBOX_CACHE", str(confined_tmp / "cache"))
+    old, new = confined_tmp / "ws-old", confined_tmp / "ws-new"
+    old.mkdir()
+    new.mkdir()
+    out = exec_shell(old, "touch $CUDA_AGENT_SANDBOX_CACHE/left-over && echo ok")
+    assert "ok" in out.stdout, out.stdout + out.stderr
+    old_cache = tools_cache_dir(old)
+    assert (old_cache / "left-over").exists()
+    exec_shell(new, "true")
+    assert old_cache.exists()  # its workspace is still there
+    shutil.rmtree(old)
+    exec_shell(new, "true")  # not a first command: nothing collected
+    assert old_cache.exists()
+    newer = confined_tmp / "ws-newer"
+    newer.mkdir()
+    exec_shell(newer, "true")
+    assert not old_cache.exists() and tools_cache_dir(new).exists()
+
+
+def test_tools_never_build_the_prelude_they_can_read(tmp_path):
+    """The precompiled prelude is about 0.5 GB: a tools cache (one per workspace) reads the
+    trusted one and never builds its own."""
+    from cuda_agent.sandbox.build import ObjectCache, ensure_pch
+    from cuda_agent.sandbox.isolation import Limits
+    from cuda_agent.sandbox.toolchain import flags_for
+
+    flags = flags_for("cpu")
+    tools = ObjectCache(tmp_path / "tools", read_also=tmp_path / "trusted" / "build")
+    d, note = ensure_pch(tools, flags, Limits(timeout_s=60))
+    assert d is None and "not built" in note and not list((tmp_path / "tools").rglob("*.gch"))
+    gch = tmp_path / "trusted" / "build" / "pch" / flags.key / "sandbox_prelude.h.gch"
+    gch.parent.mkdir(parents=True)
+    gch.write_bytes(b"x")
+    assert ensure_pch(tools, flags, Limits(timeout_s=60)) == (gch.parent, "pch: cached")

@@ -21,12 +21,15 @@ class SandboxEnv:
         self.backend = resolve_backend(self.config.backend)
         self.config = self.config.with_(backend=self.backend)
         self.protected = (*INFRA_FILES, "model.py", "SKILL.md", "utils/", ".sandbox/")
+        self._prepared = ""
 
     def make_workspace(self, task: Task, root: Path) -> Path:
-        from cuda_agent.sandbox.execute import check_workspace_reachable
+        from cuda_agent.sandbox.execute import check_workspace_reachable, prepare_trusted_cache
         from cuda_agent.sandbox.workspace import create_workspace
 
         check_workspace_reachable(root)  # fail before the episode, not at its first command
+        if not self._prepared:  # what the workspace's tools read but never build
+            self._prepared = prepare_trusted_cache(self.backend)
         return create_workspace(task, root, backend=self.backend)
 
     def bash(self, root: Path, command: str, timeout: float) -> BashOutput:

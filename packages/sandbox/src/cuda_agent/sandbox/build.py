@@ -177,6 +177,14 @@ def ensure_pch(cache: ObjectCache, flags: Flags, limits: Limits) -> tuple[Path |
     gch = cache.existing(d / (PRELUDE + ".gch"))
     if gch.exists():
         return gch.parent, "pch: cached"
+    if cache.read_also is not None:
+        # a tools cache (``sandbox exec``): the prelude is about 0.5 GB, and one per workspace
+        # would fill disks in an RL run; the trusted cache gets it when a workspace is made
+        # (execute.prepare_trusted_cache)
+        return (
+            None,
+            "pch: none in the trusted cache, not built for one workspace: parsing the prelude",
+        )
     gch = d / (PRELUDE + ".gch")
     with cache.lock(f"pch-{flags.key}"):
         if gch.exists():

@@ -293,6 +293,10 @@ def workspace_cmd(
     except FileExistsError as e:
         raise fail(str(e)) from None
     log(f"workspace for task {chosen.name} ({chosen.id}, backend {be}) in {d}")
+    if be == "cuda":  # what its tools read under `sandbox exec` but never build there
+        from .execute import prepare_trusted_cache
+
+        log(prepare_trusted_cache(be))
     print(str(d))
 
 

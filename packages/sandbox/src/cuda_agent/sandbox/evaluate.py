@@ -456,6 +456,12 @@ def _prepare(p: Prepared, slot: int) -> None:
             "units": b.units,
             "pch": b.pch,
             "linker": flags_for(p.backend).linker,
+            # who the compilers and the linker ran as (build.build_workdir)
+            "compilers_as": (
+                "leased unprivileged uids"
+                if cfg.drop_user and caps().drop_user
+                else "the evaluator's user"
+            ),
             **(
                 {"link_s": round(b.link_seconds, 3), "link_stubs": b.link_stubs}
                 if b.link_seconds

@@ -26,6 +26,7 @@ import functools
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -251,8 +252,12 @@ def leased_uid() -> Iterator[int]:
     sweep after every command SIGKILLs all processes of its uid, so commands that run side by
     side must not share one: compiler processes of one build, agent commands of many episodes.
     Raises RuntimeError when all :data:`LEASED_UIDS` are held."""
-    d = Path(tempfile.gettempdir()) / "cuda-agent-uid-leases"
+    d = Path(tempfile.gettempdir()) / f"cuda-agent-uid-leases-{os.geteuid()}"
     d.mkdir(mode=0o700, exist_ok=True)
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        # someone else's directory (or a link) in a shared /tmp: its leases would not be ours
+        raise RuntimeError(f"{d} is not a directory of this user's alone: remove it")
     start = int.from_bytes(os.urandom(2), "little")
     for i in range(LEASED_UIDS):
         uid = LEASED_UID_BASE + (start + i) % LEASED_UIDS
