@@ -77,36 +77,21 @@ def test_compilers_cannot_read_what_their_uid_may_not(
     secret.write_text("#error TOP-SECRET-7f3a\n")
     secret.chmod(0o600)
     cache = ObjectCache(confined_tmp / "cache")
-    bad = workdir_candidate(
-        scale_add_task,
-        scale_add_files,
-        **{"kernels/ops.cpp": f'#include "{secret}"\n' + scale_add_files["kernels/ops.cpp"]},
-    )
-    work = materialise(bad.task, bad.solution, confined_tmp / "bad", "cpu")
-    os.chmod(work, 0o755)
-    res = build_workdir(
-        work,
-        work / "build",
-        backend="cpu",
-        cache=cache,
-        pch=False,
-        timeout_s=600,
-        limits=Limits(timeout_s=600),
-    )
+
+    def build(name: str, **changes: str):
+        c = workdir_candidate(scale_add_task, scale_add_files, **changes)
+        work = materialise(c.task, c.solution, confined_tmp / name, "cpu")
+        os.chmod(work, 0o755)
+        lim = Limits(timeout_s=600)
+        return work, build_workdir(
+            work, work / "build", backend="cpu", cache=cache, pch=False, limits=lim
+        )
+
+    ops = scale_add_files["kernels/ops.cpp"]
+    _, res = build("bad", **{"kernels/ops.cpp": f'#include "{secret}"\n' + ops})
     assert not res.ok
     assert "TOP-SECRET" not in res.log and "Permission denied" in res.log, res.log[-2000:]
-    good = workdir_candidate(scale_add_task, scale_add_files)
-    work = materialise(good.task, good.solution, confined_tmp / "good", "cpu")
-    os.chmod(work, 0o755)
-    res = build_workdir(
-        work,
-        work / "build",
-        backend="cpu",
-        cache=cache,
-        pch=False,
-        timeout_s=600,
-        limits=Limits(timeout_s=600),
-    )
+    work, res = build("good")
     assert res.ok, res.log[-2000:]
     cached = [p for p in (confined_tmp / "cache").rglob("*") if p.is_file()]
     assert cached and all(p.stat().st_uid == os.geteuid() for p in cached)
