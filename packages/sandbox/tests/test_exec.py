@@ -144,3 +144,17 @@ def test_tools_never_build_the_prelude_they_can_read(tmp_path):
     gch.parent.mkdir(parents=True)
     gch.write_bytes(b"x")
     assert ensure_pch(tools, flags, Limits(timeout_s=60)) == (gch.parent, "pch: cached")
+
+
+def test_agent_commands_read_the_cache_of_their_evaluations_config(confined_tmp):
+    """A ``SandboxEnv`` whose config names a cache: its agents' tools read that cache (what its
+    evaluations built), not the default one."""
+    cfg = SandboxConfig(backend="cpu", cache_dir=str(confined_tmp / "run-cache"))
+    ws = confined_tmp / "ws"
+    ws.mkdir()
+    out = exec_shell(
+        ws, "echo $CUDA_AGENT_SANDBOX_CACHE; echo $CUDA_AGENT_SANDBOX_READ_CACHE", config=cfg
+    )
+    own, trusted = out.stdout.split()
+    assert trusted == str(confined_tmp / "run-cache") and own == str(tools_cache_dir(ws, cfg))
+    assert own.startswith(trusted + "/tools/")

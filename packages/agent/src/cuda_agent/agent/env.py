@@ -29,13 +29,13 @@ class SandboxEnv:
 
         check_workspace_reachable(root)  # fail before the episode, not at its first command
         if not self._prepared:  # what the workspace's tools read but never build
-            self._prepared = prepare_trusted_cache(self.backend)
+            self._prepared = prepare_trusted_cache(self.backend, self.config)
         return create_workspace(task, root, backend=self.backend)
 
     def bash(self, root: Path, command: str, timeout: float) -> BashOutput:
         from cuda_agent.sandbox.execute import exec_shell
 
-        out = exec_shell(root, command, timeout=timeout)
+        out = exec_shell(root, command, timeout=timeout, config=self.config)
         text = out.stdout + (("\n" + out.stderr) if out.stderr else "")
         if out.killed_for or out.signal:
             text += f"\n[{out.describe()}]"

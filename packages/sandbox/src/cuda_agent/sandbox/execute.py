@@ -48,36 +48,42 @@ def _ws_key(ws: Path) -> str:
     return hashlib.sha256(str(ws).encode()).hexdigest()[:16]
 
 
-def tools_cache_dir(workspace: str | os.PathLike[str] | None = None) -> Path:
+def trusted_cache_root(config=None) -> Path:
+    """The cache root the trusted evaluation of ``config`` (default: ``SandboxConfig()``, i.e.
+    ``$CUDA_AGENT_SANDBOX_CACHE`` or the user's cache) builds into."""
+    from .config import SandboxConfig
+    from .evaluate import cache_root
+
+    return cache_root(config or SandboxConfig())
+
+
+def tools_cache_dir(workspace: str | os.PathLike[str] | None = None, config=None) -> Path:
     """The cache the workspace tools build into when run by :func:`exec_command`: its own root
     (objects, modules, extensions) under the sandbox's cache, one per workspace, which the
     trusted evaluation never reads. The rest of the cache is read-only to agent commands: one
     that could write the evaluation's build cache could plant an object under the content key of
     its own source, and the reward's build would link that object instead of compiling what the
-    guards read. (Without ``workspace``: the parent of every workspace's tools cache.)"""
-    from .config import SandboxConfig
-    from .evaluate import cache_root
-
-    base = cache_root(SandboxConfig()) / TOOLS_CACHE
+    guards read. (Without ``workspace``: the parent of every workspace's tools cache.)
+    ``config``: the evaluation's :class:`SandboxConfig`, whose cache they live under."""
+    base = trusted_cache_root(config) / TOOLS_CACHE
     return base / _ws_key(Path(workspace).resolve()) if workspace is not None else base
 
 
-def prepare_trusted_cache(backend: str) -> str:
+def prepare_trusted_cache(backend: str, config=None) -> str:
     """Build what agent tools read from the trusted cache but never build themselves: the
     precompiled prelude of the cuda backend (once per cache and toolchain; about 20 s and 0.5 GB).
-    Called where workspaces are made (``SandboxEnv``, ``sandbox workspace``); returns a note."""
+    Called where workspaces are made (``SandboxEnv``, ``sandbox workspace``); returns a note.
+    ``config``: the evaluation's :class:`SandboxConfig` (whose cache the tools read)."""
     if backend != "cuda":
         return "pch: not used on the cpu backend"
     from .build import build_cache, ensure_pch
-    from .config import SandboxConfig
-    from .evaluate import cache_root
     from .toolchain import flags_for
 
     flags = flags_for("cuda")
     if flags.nvcc is None:
         return "pch: no nvcc"
     _, note = ensure_pch(
-        build_cache(cache_root(SandboxConfig())), flags, Limits(timeout_s=600.0, drop_user=False)
+        build_cache(trusted_cache_root(config)), flags, Limits(timeout_s=600.0, drop_user=False)
     )
     return note
 
@@ -123,6 +129,7 @@ def exec_command(
     timeout: float = 300.0,
     max_output: int = 30000,
     network: bool = False,
+    config=None,
 ) -> Outcome:
     """Run ``argv`` in ``workspace``: its own session and process group (all killed at the
     limit), no network unless asked, limits on processes and file size, writes confined to the
@@ -130,11 +137,12 @@ def exec_command(
     and stderr each capped (head and tail kept). Started as root, the command runs as a leased
     unprivileged uid that is given the workspace, its scratch directory and its tools' cache for
     the command's time: root inside a mount namespace could remount the read-only views
-    writable."""
+    writable. ``config``: the evaluation's :class:`SandboxConfig`, whose cache the tools read
+    (default ``SandboxConfig()``)."""
     ws = Path(workspace).resolve()
     # the workspace's utils/ build and evaluate through this package, into a cache of their own
     # that also reads (never writes) the trusted one
-    cache = tools_cache_dir(ws)
+    cache = tools_cache_dir(ws, config)
     tmp = exec_tmp_dir() / _ws_key(ws)
     if not cache.exists():
         cache.parent.mkdir(parents=True, exist_ok=True)
