@@ -127,6 +127,10 @@ def test_tools_caches_of_removed_workspaces_are_collected(confined_tmp, monkeypa
     newer.mkdir()
     exec_shell(newer, "true")
     assert not old_cache.exists() and tools_cache_dir(new).exists()
+    from cuda_agent.sandbox.execute import exec_tmp_dir
+
+    assert not (exec_tmp_dir() / old_cache.name).exists()  # its scratch directory too
+    assert (exec_tmp_dir() / tools_cache_dir(new).name).exists()
 
 
 def test_tools_never_build_the_prelude_they_can_read(tmp_path):

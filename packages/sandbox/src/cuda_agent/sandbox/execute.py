@@ -6,9 +6,13 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .build import READ_ALSO_ENV
 from .isolation import Limits, Outcome, caps, give_tree, run_confined, sandbox_uid
+
+if TYPE_CHECKING:
+    from .config import SandboxConfig
 
 # the environment a tool command sees: enough to run python, nvcc and the workspace's utils
 KEEP_ENV = (
@@ -48,7 +52,7 @@ def _ws_key(ws: Path) -> str:
     return hashlib.sha256(str(ws).encode()).hexdigest()[:16]
 
 
-def trusted_cache_root(config=None) -> Path:
+def trusted_cache_root(config: SandboxConfig | None = None) -> Path:
     """The cache root the trusted evaluation of ``config`` (default: ``SandboxConfig()``, i.e.
     ``$CUDA_AGENT_SANDBOX_CACHE`` or the user's cache) builds into."""
     from .config import SandboxConfig
@@ -57,7 +61,9 @@ def trusted_cache_root(config=None) -> Path:
     return cache_root(config or SandboxConfig())
 
 
-def tools_cache_dir(workspace: str | os.PathLike[str] | None = None, config=None) -> Path:
+def tools_cache_dir(
+    workspace: str | os.PathLike[str] | None = None, config: SandboxConfig | None = None
+) -> Path:
     """The cache the workspace tools build into when run by :func:`exec_command`: its own root
     (objects, modules, extensions) under the sandbox's cache, one per workspace, which the
     trusted evaluation never reads. The rest of the cache is read-only to agent commands: one
@@ -69,7 +75,7 @@ def tools_cache_dir(workspace: str | os.PathLike[str] | None = None, config=None
     return base / _ws_key(Path(workspace).resolve()) if workspace is not None else base
 
 
-def prepare_trusted_cache(backend: str, config=None) -> str:
+def prepare_trusted_cache(backend: str, config: SandboxConfig | None = None) -> str:
     """Build what agent tools read from the trusted cache but never build themselves: the
     precompiled prelude of the cuda backend (once per cache and toolchain; about 20 s and 0.5 GB).
     Called where workspaces are made (``SandboxEnv``, ``sandbox workspace``); returns a note.
@@ -89,8 +95,8 @@ def prepare_trusted_cache(backend: str, config=None) -> str:
 
 
 def _collect_stale_tools_caches(base: Path) -> None:
-    """Remove tools caches whose workspace is gone (each records its workspace's path next to
-    it): one per episode would otherwise pile up."""
+    """Remove tools caches, and scratch directories, whose workspace is gone (each cache records
+    its workspace's path next to it): one per episode would otherwise pile up."""
     import shutil
 
     for mark in base.glob("*.workspace"):
@@ -100,6 +106,7 @@ def _collect_stale_tools_caches(base: Path) -> None:
             continue
         if gone:
             shutil.rmtree(mark.with_suffix(""), ignore_errors=True)
+            shutil.rmtree(exec_tmp_dir() / mark.stem, ignore_errors=True)
             mark.unlink(missing_ok=True)
 
 
@@ -129,7 +136,7 @@ def exec_command(
     timeout: float = 300.0,
     max_output: int = 30000,
     network: bool = False,
-    config=None,
+    config: SandboxConfig | None = None,
 ) -> Outcome:
     """Run ``argv`` in ``workspace``: its own session and process group (all killed at the
     limit), no network unless asked, limits on processes and file size, writes confined to the
