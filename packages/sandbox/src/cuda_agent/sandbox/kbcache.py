@@ -28,22 +28,100 @@ from pathlib import Path
 from typing import Any
 
 BUILDS: list[dict[str, Any]] = []
-LIGHT_HEADERS = os.environ.get("CUDA_AGENT_KB_LIGHT_HEADERS", "1") != "0"
+# 0: the sources exactly as given; 1: the CUDA sources with torch/types.h for torch/extension.h;
+# 2 (default): first per-operator ATen headers in the CUDA sources and a stand-in umbrella header
+# for the generated main.cpp, then level 1, then the sources as given
+LIGHT_HEADERS = int(os.environ.get("CUDA_AGENT_KB_LIGHT_HEADERS", "2") or 0)
 _EXT_H = re.compile(r"#\s*include\s*[<\"]torch/extension\.h[>\"]")
 _LIGHT = "#include <torch/types.h>\n"  # what CUDA code uses of torch/extension.h, minus torch/all.h and Python
+_KB_STANDIN = Path(__file__).with_name("template") / "standin_kb"  # torch/extension.h for main.cpp
+_CALL = re.compile(r"\b(?:torch|at)::(\w+)\s*\(")
 
 
-def _lighter(params: dict[str, Any]) -> dict[str, Any] | None:
-    """``params`` with ``torch/extension.h`` in the CUDA sources replaced by lighter headers,
-    or None when there is nothing to lighten."""
+def _aten_ops_dir() -> Path | None:
+    import torch.utils.cpp_extension as ce
+
+    for inc in ce.include_paths():
+        d = Path(inc) / "ATen" / "ops"
+        if d.is_dir():
+            return d
+    return None
+
+
+def ultralight_headers(src: str, ops_dir: Path | None) -> str | None:
+    """``src`` (CUDA source) with ``torch/extension.h`` replaced by the Tensor class, the
+    per-operator header of each ``torch::``/``at::`` function it calls, ``ATen/Dispatch.h`` where
+    it dispatches, and ``torch::`` as an alias of ``at::`` (``torch::empty_like`` is then
+    ``at::empty_like``: the same tensor, no autograd bookkeeping, which a forward kernel does not
+    use). None when there is nothing to replace or no per-operator headers."""
+    if ops_dir is None or not _EXT_H.search(src):
+        return None
+    ops = sorted({m for m in _CALL.findall(src) if (ops_dir / f"{m}.h").is_file()})
+    head = ["#include <ATen/core/Tensor.h>", *(f"#include <ATen/ops/{o}.h>" for o in ops)]
+    if "AT_DISPATCH" in src:
+        head.append("#include <ATen/Dispatch.h>")
+    head.append("namespace torch { using namespace at; }")
+    out = _EXT_H.sub("\n".join(head), src, count=1)
+    return _EXT_H.sub("", out)
+
+
+def _header_attempts(kind: str, params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The builds to try before the sources as given, lightest first: the CUDA sources with
+    lighter headers (level 2: per-operator ATen headers, then torch/types.h; level 1: the
+    latter), each (level 2) with the stand-in ``torch/extension.h`` for main.cpp."""
     cuda = params.get("cuda_sources")
-    if not cuda:
-        return None
+    if kind != "load_inline" or not cuda or LIGHT_HEADERS < 1:
+        return []
     srcs = [cuda] if isinstance(cuda, str) else list(cuda)
-    if not any(_EXT_H.search(x) for x in srcs):
-        return None
-    new = [_EXT_H.sub(_LIGHT, x) for x in srcs]
-    return dict(params, cuda_sources=new[0] if isinstance(cuda, str) else new)
+    out: list[tuple[str, list[str]]] = []
+    if any(_EXT_H.search(x) for x in srcs):
+        if LIGHT_HEADERS >= 2:
+            ultra = [ultralight_headers(x, _aten_ops_dir()) or x for x in srcs]
+            if ultra != srcs:
+                out.append(("aten_ops", ultra))
+        out.append(("torch_types", [_EXT_H.sub(_LIGHT, x) for x in srcs]))
+    elif LIGHT_HEADERS >= 2:
+        out.append(("cuda_as_given", srcs))  # main.cpp's stand-in alone
+    return [
+        (label, dict(params, cuda_sources=new[0] if isinstance(cuda, str) else new))
+        for label, new in out
+    ]
+
+
+def _failed_targets(err: BaseException) -> tuple[bool, bool]:
+    """Which of a failed load_inline build's units failed (ninja's ``FAILED:`` lines): (the CUDA
+    source, the generated main.cpp)."""
+    failed = re.findall(r"FAILED:\s*(\S+)", str(err))
+    return any("cuda" in f for f in failed), any("main" in f for f in failed)
+
+
+def _build_lighter(kind: str, params: dict[str, Any], build: Path) -> tuple[Any, str]:
+    """Build with the lightest headers that compile (:func:`_header_attempts`); ninja says
+    which unit failed, and only that one steps down: the CUDA source to its next level, main.cpp
+    to the real umbrella header. Once the CUDA source has no lighter level left, the last try is
+    the sources exactly as given (whose errors are what a candidate sees). Returns (module,
+    what was used)."""
+    cu = _header_attempts(kind, params)
+    standin = LIGHT_HEADERS >= 2
+    while cu:
+        p = dict(cu[0][1])
+        if standin:
+            p["extra_include_paths"] = [
+                str(_KB_STANDIN),
+                *(params.get("extra_include_paths") or []),
+            ]
+        try:
+            return _ORIG[kind](**p), cu[0][0] + ("+main_standin" if standin else "")
+        except Exception as e:  # noqa: BLE001 - a lighter header set did not do: step down
+            shutil.rmtree(build, ignore_errors=True)
+            build.mkdir()
+            cu_failed, main_failed = _failed_targets(e)
+            if cu_failed or not main_failed:  # not main.cpp alone (or not a unit at all)
+                cu = cu[1:] if cu_failed else []
+            standin = standin and not main_failed
+            if cu and cu[0][0] == "cuda_as_given" and not standin:
+                cu = []  # nothing lighter left to try
+    return _ORIG[kind](**params), "as_given"
 
 
 _ORIG: dict[str, Any] = {}
@@ -118,22 +196,8 @@ def install(cache_root: str | os.PathLike[str]) -> None:
         )
         params["build_directory"] = str(build)
         params.setdefault("verbose", False)
-        light = _lighter(params) if kind == "load_inline" and LIGHT_HEADERS else None
-        light_used = False
         try:
-            mod = None
-            if light is not None:
-                # the CUDA part with lighter torch headers first (nvcc parsing torch/extension.h
-                # is most of a cold build); on any failure, the sources exactly as given
-                try:
-                    mod = _ORIG[kind](**light)
-                    light_used = True
-                except Exception:  # noqa: BLE001 - fall back to the original sources
-                    shutil.rmtree(build, ignore_errors=True)
-                    build.mkdir()
-                    mod = None
-            if mod is None:
-                mod = _ORIG[kind](**params)
+            mod, headers = _build_lighter(kind, params, build)
         except BaseException as e:
             BUILDS.append(
                 {
@@ -152,7 +216,7 @@ def install(cache_root: str | os.PathLike[str]) -> None:
                 "key": key,
                 "hit": False,
                 "seconds": time.monotonic() - t0,
-                "light_headers": light_used,
+                "headers": headers,
             }
         )
         try:  # publish: only the built module is needed by later loads

@@ -1,0 +1,120 @@
+"""The header levels of KernelBench ``load_inline`` builds (kbcache): what the CUDA source and
+main.cpp are compiled with, and how a failed unit steps down to the sources as given."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cuda_agent.sandbox import kbcache
+
+SRC = """#include <torch/extension.h>
+#include <cuda_runtime.h>
+__global__ void k(float* o, const float* x, int n) { int i = threadIdx.x; if (i < n) o[i] = x[i]; }
+torch::Tensor f(torch::Tensor x) {
+  auto out = torch::empty_like(x);
+  auto z = at::zeros({1}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "f", [&] {});
+  k<<<1, 32>>>(out.data_ptr<float>(), x.data_ptr<float>(), (int)x.numel());
+  return out;
+}
+"""
+
+
+def test_cuda_source_gets_the_headers_of_what_it_calls(tmp_path):
+    ops = tmp_path / "ops"
+    ops.mkdir()
+    for name in ("empty_like", "zeros", "numel"):
+        (ops / f"{name}.h").write_text("")
+    out = kbcache.ultralight_headers(SRC, ops)
+    assert out is not None and "torch/extension.h" not in out
+    head = out.split("#include <cuda_runtime.h>")[0]
+    assert "#include <ATen/core/Tensor.h>" in head
+    assert "#include <ATen/ops/empty_like.h>" in head and "#include <ATen/ops/zeros.h>" in head
+    assert "ATen/ops/numel.h" not in head  # a method call, not torch::/at:: numel(...)
+    assert "#include <ATen/Dispatch.h>" in head
+    assert "namespace torch { using namespace at; }" in head
+    assert out.endswith(SRC.split("#include <cuda_runtime.h>")[1])  # the rest untouched
+    assert kbcache.ultralight_headers("__global__ void k() {}", ops) is None
+    assert kbcache.ultralight_headers(SRC, None) is None
+
+
+def test_real_aten_has_the_per_operator_headers():
+    """The lightest level relies on torch's per-operator headers (ATen/ops/*.h)."""
+    d = kbcache._aten_ops_dir()
+    assert d is not None and (d / "empty_like.h").is_file() and (d / "zeros.h").is_file()
+
+
+def test_levels_in_order(monkeypatch):
+    params = {"name": "x", "cpp_sources": "", "cuda_sources": SRC}
+    monkeypatch.setattr(kbcache, "LIGHT_HEADERS", 2)
+    labels = [lab for lab, _ in kbcache._header_attempts("load_inline", params)]
+    assert labels == ["aten_ops", "torch_types"]
+    monkeypatch.setattr(kbcache, "LIGHT_HEADERS", 1)
+    ((lab, p),) = kbcache._header_attempts("load_inline", params)
+    assert lab == "torch_types" and "#include <torch/types.h>" in p["cuda_sources"]
+    monkeypatch.setattr(kbcache, "LIGHT_HEADERS", 0)
+    assert kbcache._header_attempts("load_inline", params) == []
+    monkeypatch.setattr(kbcache, "LIGHT_HEADERS", 2)
+    plain = dict(params, cuda_sources="__global__ void k() {}")
+    assert [lab for lab, _ in kbcache._header_attempts("load_inline", plain)] == ["cuda_as_given"]
+    assert kbcache._header_attempts("load", params) == []
+
+
+@pytest.mark.parametrize(
+    ("message", "cu", "main"),
+    [
+        ("[1/3] nvcc ...\nFAILED: cuda.cuda.o \nerror: x", True, False),
+        ("FAILED: main.o \nmain.cpp:3: error", False, True),
+        ("FAILED: cuda.cuda.o\nFAILED: main.o", True, True),
+        ("ImportError: undefined symbol", False, False),
+    ],
+)
+def test_failed_unit_is_read_from_ninja(message, cu, main):
+    assert kbcache._failed_targets(RuntimeError(message)) == (cu, main)
+
+
+def test_a_failed_unit_steps_down_alone(monkeypatch, tmp_path):
+    """main.cpp failing with the stand-in keeps the CUDA source's lighter headers; the CUDA
+    source failing steps down its level; the last try is the sources as given."""
+    seen: list[tuple[bool, bool]] = []
+
+    def fake_build(**p):
+        standin = str(kbcache._KB_STANDIN) in (p.get("extra_include_paths") or [])
+        ultra = "ATen/core/Tensor.h" in p["cuda_sources"]
+        seen.append((ultra, standin))
+        if standin:
+            raise RuntimeError("FAILED: main.o")
+        if ultra:
+            return "module"
+        raise AssertionError("should not get here")
+
+    monkeypatch.setattr(kbcache, "LIGHT_HEADERS", 2)
+    monkeypatch.setitem(kbcache._ORIG, "load_inline", fake_build)
+    params = {"name": "x", "cpp_sources": "", "cuda_sources": SRC}
+    build = tmp_path / "b"
+    build.mkdir()
+    assert kbcache._build_lighter("load_inline", params, build) == ("module", "aten_ops")
+    assert seen == [(True, True), (True, False)]
+
+    seen.clear()
+
+    def cu_fails(**p):
+        seen.append(("ATen/core/Tensor.h" in p["cuda_sources"], "types.h" in p["cuda_sources"]))
+        if "torch/extension.h" not in p["cuda_sources"]:
+            raise RuntimeError("FAILED: cuda.cuda.o")
+        return "as given"
+
+    monkeypatch.setitem(kbcache._ORIG, "load_inline", cu_fails)
+    assert kbcache._build_lighter("load_inline", params, build) == ("as given", "as_given")
+    assert seen == [(True, False), (False, True), (False, False)]
+    assert Path(build).is_dir()
+
+    # no torch/extension.h in the CUDA source: main.cpp's stand-in alone, then as given
+    seen.clear()
+    plain = {"name": "x", "cpp_sources": "", "cuda_sources": "__global__ void k() {}"}
+    monkeypatch.setitem(kbcache._ORIG, "load_inline", fake_build)
+    with pytest.raises(AssertionError, match="should not get here"):
+        kbcache._build_lighter("load_inline", plain, build)
+    assert seen == [(False, True), (False, False)]
