@@ -69,6 +69,7 @@ def main() -> None:
             s = time.monotonic() - t
             rep = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else {}
             used = [b.get("headers") for b in rep.get("builds", [])]
+            failed = [f for b in rep.get("builds", []) for f in b.get("lighter_failed", [])]
             runs.append(
                 {
                     "round": r,
@@ -76,6 +77,7 @@ def main() -> None:
                     "seconds": round(s, 2),
                     "rc": p.returncode,
                     "headers": used,
+                    "lighter_failed": failed,
                     "stderr": p.stderr[-1500:] if p.returncode else "",
                 }
             )

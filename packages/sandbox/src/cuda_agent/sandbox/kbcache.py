@@ -48,44 +48,81 @@ def _aten_ops_dir() -> Path | None:
     return None
 
 
-def ultralight_headers(src: str, ops_dir: Path | None) -> str | None:
-    """``src`` (CUDA source) with ``torch/extension.h`` replaced by the Tensor class, the
-    per-operator header of each ``torch::``/``at::`` function it calls, ``ATen/Dispatch.h`` where
-    it dispatches, and ``torch::`` as an alias of ``at::`` (``torch::empty_like`` is then
-    ``at::empty_like``: the same tensor, no autograd bookkeeping, which a forward kernel does not
-    use). None when there is nothing to replace or no per-operator headers."""
-    if ops_dir is None or not _EXT_H.search(src):
+# what torch/types.h adds to namespace torch, without the headers behind it
+_TORCH_NS = (
+    "#include <optional>\nnamespace torch { using namespace at; using std::nullopt; using std::optional;"
+    " using Dtype = at::ScalarType;"
+    + "".join(
+        f" constexpr auto {a} = at::{b};"
+        for a, b in (
+            ("kUInt8", "kByte"),
+            ("kInt8", "kChar"),
+            ("kInt16", "kShort"),
+            ("kInt32", "kInt"),
+            ("kInt64", "kLong"),
+            ("kFloat16", "kHalf"),
+            ("kFloat32", "kFloat"),
+            ("kFloat64", "kDouble"),
+            ("kU8", "kByte"),
+            ("kI8", "kChar"),
+            ("kI16", "kShort"),
+            ("kI32", "kInt"),
+            ("kI64", "kLong"),
+            ("kF16", "kHalf"),
+            ("kF32", "kFloat"),
+            ("kF64", "kDouble"),
+        )
+    )
+    + " }"
+)
+
+
+def aten_ops_types_h(srcs: list[str], ops_dir: Path | None) -> str | None:
+    """A stand-in ``torch/types.h`` for CUDA sources (``load_inline`` puts ``#include
+    <torch/types.h>`` before them): the Tensor class, the per-operator header of each
+    ``torch::``/``at::`` function they call, ``ATen/Dispatch.h`` where they dispatch, and
+    namespace ``torch`` as torch/types.h makes it (``at`` plus the dtype names), so
+    ``torch::empty_like`` is ``at::empty_like``: the same tensor, without the autograd
+    bookkeeping a forward kernel does not use. None without per-operator headers."""
+    if ops_dir is None:
         return None
-    ops = sorted({m for m in _CALL.findall(src) if (ops_dir / f"{m}.h").is_file()})
-    head = ["#include <ATen/core/Tensor.h>", *(f"#include <ATen/ops/{o}.h>" for o in ops)]
-    if "AT_DISPATCH" in src:
+    text = "\n".join(srcs)
+    ops = sorted({m for m in _CALL.findall(text) if (ops_dir / f"{m}.h").is_file()})
+    head = [
+        "// sandbox stand-in for torch/types.h (kbcache, header level 2)",
+        "#pragma once",
+        "#include <ATen/core/Tensor.h>",
+        *(f"#include <ATen/ops/{o}.h>" for o in ops),
+    ]
+    if "AT_DISPATCH" in text:
         head.append("#include <ATen/Dispatch.h>")
-    head.append("namespace torch { using namespace at; }")
-    out = _EXT_H.sub("\n".join(head), src, count=1)
-    return _EXT_H.sub("", out)
+    return "\n".join([*head, _TORCH_NS, ""])
 
 
-def _header_attempts(kind: str, params: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """The builds to try before the sources as given, lightest first: the CUDA sources with
-    lighter headers (level 2: per-operator ATen headers, then torch/types.h; level 1: the
-    latter), each (level 2) with the stand-in ``torch/extension.h`` for main.cpp."""
+Attempt = tuple[str, dict[str, Any], str | None]  # (label, params, stand-in torch/types.h)
+
+
+def _header_attempts(kind: str, params: dict[str, Any]) -> list[Attempt]:
+    """The builds to try before the sources as given, lightest first. Level 2: the CUDA sources
+    with a stand-in ``torch/types.h`` (:func:`aten_ops_types_h`), then with the real one; level
+    1: the latter. In both, ``torch/extension.h`` in the CUDA sources becomes
+    ``torch/types.h``; at level 2 main.cpp gets a stand-in ``torch/extension.h`` too."""
     cuda = params.get("cuda_sources")
     if kind != "load_inline" or not cuda or LIGHT_HEADERS < 1:
         return []
     srcs = [cuda] if isinstance(cuda, str) else list(cuda)
-    out: list[tuple[str, list[str]]] = []
-    if any(_EXT_H.search(x) for x in srcs):
-        if LIGHT_HEADERS >= 2:
-            ultra = [ultralight_headers(x, _aten_ops_dir()) or x for x in srcs]
-            if ultra != srcs:
-                out.append(("aten_ops", ultra))
-        out.append(("torch_types", [_EXT_H.sub(_LIGHT, x) for x in srcs]))
+    light = [_EXT_H.sub(_LIGHT, x) for x in srcs]
+    lp = dict(params, cuda_sources=light[0] if isinstance(cuda, str) else light)
+    out: list[Attempt] = []
+    if LIGHT_HEADERS >= 2:
+        types_h = aten_ops_types_h(srcs, _aten_ops_dir())
+        if types_h is not None:
+            out.append(("aten_ops", lp, types_h))
+    if light != srcs:
+        out.append(("torch_types", lp, None))
     elif LIGHT_HEADERS >= 2:
-        out.append(("cuda_as_given", srcs))  # main.cpp's stand-in alone
-    return [
-        (label, dict(params, cuda_sources=new[0] if isinstance(cuda, str) else new))
-        for label, new in out
-    ]
+        out.append(("cuda_as_given", params, None))  # main.cpp's stand-in alone
+    return out
 
 
 def _failed_targets(err: BaseException) -> tuple[bool, bool]:
@@ -95,27 +132,52 @@ def _failed_targets(err: BaseException) -> tuple[bool, bool]:
     return any("cuda" in f for f in failed), any("main" in f for f in failed)
 
 
-def _build_lighter(kind: str, params: dict[str, Any], build: Path) -> tuple[Any, str]:
+def _first_error(err: BaseException) -> str:
+    """The first compiler diagnostic (``error:``) of a failed build, else its last line."""
+    lines = str(err).strip().splitlines()
+    hits = [ln.strip() for ln in lines if "error:" in ln or "error " in ln]
+    return (hits[0] if hits else lines[-1] if lines else "")[:500]
+
+
+def _build_lighter(
+    kind: str, params: dict[str, Any], build: Path, steps: list[dict[str, Any]] | None = None
+) -> tuple[Any, str]:
     """Build with the lightest headers that compile (:func:`_header_attempts`); ninja says
     which unit failed, and only that one steps down: the CUDA source to its next level, main.cpp
     to the real umbrella header. Once the CUDA source has no lighter level left, the last try is
     the sources exactly as given (whose errors are what a candidate sees). Returns (module,
-    what was used)."""
+    what was used); each failed lighter try is appended to ``steps``."""
     cu = _header_attempts(kind, params)
     standin = LIGHT_HEADERS >= 2
     while cu:
-        p = dict(cu[0][1])
+        label, p, types_h = cu[0]
+        p = dict(p)
+        if types_h is not None:  # nvcc only: -I comes before torch's -isystem directories
+            d = build / "aten_ops_standin"
+            (d / "torch").mkdir(parents=True, exist_ok=True)
+            (d / "torch" / "types.h").write_text(types_h)
+            p["extra_cuda_cflags"] = [f"-I{d}", *(params.get("extra_cuda_cflags") or [])]
         if standin:
             p["extra_include_paths"] = [
                 str(_KB_STANDIN),
                 *(params.get("extra_include_paths") or []),
             ]
+        used = label + ("+main_standin" if standin else "")
         try:
-            return _ORIG[kind](**p), cu[0][0] + ("+main_standin" if standin else "")
+            return _ORIG[kind](**p), used
         except Exception as e:  # noqa: BLE001 - a lighter header set did not do: step down
             shutil.rmtree(build, ignore_errors=True)
             build.mkdir()
             cu_failed, main_failed = _failed_targets(e)
+            if steps is not None:
+                steps.append(
+                    {
+                        "headers": used,
+                        "cuda_failed": cu_failed,
+                        "main_failed": main_failed,
+                        "error": _first_error(e),
+                    }
+                )
             if cu_failed or not main_failed:  # not main.cpp alone (or not a unit at all)
                 cu = cu[1:] if cu_failed else []
             standin = standin and not main_failed
@@ -196,8 +258,9 @@ def install(cache_root: str | os.PathLike[str]) -> None:
         )
         params["build_directory"] = str(build)
         params.setdefault("verbose", False)
+        steps: list[dict[str, Any]] = []
         try:
-            mod, headers = _build_lighter(kind, params, build)
+            mod, headers = _build_lighter(kind, params, build, steps)
         except BaseException as e:
             BUILDS.append(
                 {
@@ -217,6 +280,7 @@ def install(cache_root: str | os.PathLike[str]) -> None:
                 "hit": False,
                 "seconds": time.monotonic() - t0,
                 "headers": headers,
+                **({"lighter_failed": steps} if steps else {}),
             }
         )
         try:  # publish: only the built module is needed by later loads
