@@ -123,3 +123,24 @@ def test_a_failed_unit_steps_down_alone(monkeypatch, tmp_path):
     # the stand-in torch/types.h applies to it too; with the stand-in main it fails at main.o
     assert kbcache._build_lighter("load_inline", plain, build) == ("module", "aten_ops")
     assert seen == [(True, True), (True, False)]
+
+
+def test_main_failing_with_the_real_header_ends_at_the_sources_as_given(monkeypatch, tmp_path):
+    """A real error in main.cpp (the candidate's cpp_sources) fails at every level: once it
+    fails with the real header, the next try is the last, never the same one again."""
+    calls: list[dict] = []
+
+    def main_broken(**p):
+        calls.append(p)
+        raise RuntimeError("FAILED: main.o\nmain.cpp:2: error: x")
+
+    monkeypatch.setitem(kbcache._ORIG, "load_inline", main_broken)
+    params = {"name": "x", "cpp_sources": "oops", "cuda_sources": SRC}
+    for level, tries in ((1, 2), (2, 3)):
+        monkeypatch.setattr(kbcache, "LIGHT_HEADERS", level)
+        calls.clear()
+        steps: list = []
+        with pytest.raises(RuntimeError, match="main.o"):
+            kbcache._build_lighter("load_inline", params, tmp_path, steps)
+        assert len(calls) == tries and calls[-1] == params, level
+        assert steps and steps[0]["main_failed"] and "error: x" in steps[0]["error"]

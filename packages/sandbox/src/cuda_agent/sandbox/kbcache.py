@@ -178,8 +178,10 @@ def _build_lighter(
                         "error": _first_error(e),
                     }
                 )
-            if cu_failed or not main_failed:  # not main.cpp alone (or not a unit at all)
-                cu = cu[1:] if cu_failed else []
+            if (main_failed and not standin) or not (cu_failed or main_failed):
+                cu = []  # main.cpp fails with the real header, or no unit failed: as given
+            elif cu_failed:
+                cu = cu[1:]
             standin = standin and not main_failed
             if cu and cu[0][0] == "cuda_as_given" and not standin:
                 cu = []  # nothing lighter left to try
