@@ -97,3 +97,28 @@ def test_gpu_selection_is_relative_to_visible_devices(monkeypatch):
 
     with pytest.raises(ValueError):
         parse_gpus("5")
+
+
+def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "cuda_agent.sandbox.cli", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_workspace_and_flags_commands(tmp_path, scale_add_task):
+    """`sandbox workspace` makes a workspace once (never over a non-empty directory); `sandbox
+    flags` prints the flags and tool versions of the cache key."""
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_bytes(encode(scale_add_task) + b"\n")
+    ws = tmp_path / "ws"
+    r = _cli("workspace", str(tasks), str(ws), "--backend", "cpu")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(ws) and (ws / "utils" / "compile.py").is_file()
+    assert (ws / "model.py").read_text() == scale_add_task.ref_code
+    r = _cli("workspace", str(tasks), str(ws), "--backend", "cpu")
+    assert r.returncode != 0 and "not empty" in r.stderr
+    r = _cli("workspace", str(tasks), str(tmp_path / "ws2"), "--task-id", "nope")
+    assert r.returncode != 0 and "no task" in r.stderr
+    r = _cli("flags", "--backend", "cpu")
+    assert r.returncode == 0, r.stderr
+    f = json.loads(r.stdout)
+    assert f["backend"] == "cpu" and len(f["key"]) == 16 and f["tool_versions"]["cxx"]
