@@ -103,10 +103,12 @@ Attempt = tuple[str, dict[str, Any], str | None]  # (label, params, stand-in tor
 
 
 def _header_attempts(kind: str, params: dict[str, Any]) -> list[Attempt]:
-    """The builds to try before the sources as given, lightest first. Level 2: the CUDA sources
-    with a stand-in ``torch/types.h`` (:func:`aten_ops_types_h`), then with the real one; level
-    1: the latter. In both, ``torch/extension.h`` in the CUDA sources becomes
-    ``torch/types.h``; at level 2 main.cpp gets a stand-in ``torch/extension.h`` too."""
+    """The builds to try before the sources as given. Level 2: the CUDA sources with a stand-in
+    ``torch/types.h`` (:func:`aten_ops_types_h`) and main.cpp with a stand-in
+    ``torch/extension.h``; level 1: the real ``torch/types.h`` in place of ``torch/extension.h``
+    in the CUDA sources. One lighter try only: when it fails in the CUDA sources the next build
+    is the sources as given (a real compile error, frequent early in RL, costs two compiles, not
+    three)."""
     cuda = params.get("cuda_sources")
     if kind != "load_inline" or not cuda or LIGHT_HEADERS < 1:
         return []
@@ -114,11 +116,10 @@ def _header_attempts(kind: str, params: dict[str, Any]) -> list[Attempt]:
     light = [_EXT_H.sub(_LIGHT, x) for x in srcs]
     lp = dict(params, cuda_sources=light[0] if isinstance(cuda, str) else light)
     out: list[Attempt] = []
-    if LIGHT_HEADERS >= 2:
-        types_h = aten_ops_types_h(srcs, _aten_ops_dir())
-        if types_h is not None:
-            out.append(("aten_ops", lp, types_h))
-    if light != srcs:
+    types_h = aten_ops_types_h(srcs, _aten_ops_dir()) if LIGHT_HEADERS >= 2 else None
+    if types_h is not None:
+        out.append(("aten_ops", lp, types_h))
+    elif light != srcs:
         out.append(("torch_types", lp, None))
     elif LIGHT_HEADERS >= 2:
         out.append(("cuda_as_given", params, None))  # main.cpp's stand-in alone
