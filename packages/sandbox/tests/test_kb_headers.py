@@ -47,23 +47,23 @@ def test_real_aten_has_the_per_operator_headers():
 def test_levels_in_order(monkeypatch):
     params = {"name": "x", "cpp_sources": "", "cuda_sources": SRC}
     monkeypatch.setattr(kbcache, "LIGHT_HEADERS", 2)
-    attempts = kbcache._header_attempts("load_inline", params)
-    assert [a[0] for a in attempts] == ["aten_ops"]  # one lighter try, then as given
-    assert "ATen/ops/empty_like.h" in attempts[0][2]
-    assert all("torch/extension.h" not in a[1]["cuda_sources"] for a in attempts)
+    lab, p, types_h = kbcache._lighter_attempt("load_inline", params)
+    assert lab == "aten_ops"  # one lighter try, then as given
+    assert "ATen/ops/empty_like.h" in types_h
+    assert "torch/extension.h" not in p["cuda_sources"]
     monkeypatch.setattr(kbcache, "LIGHT_HEADERS", 1)
-    ((lab, p, types_h),) = kbcache._header_attempts("load_inline", params)
+    lab, p, types_h = kbcache._lighter_attempt("load_inline", params)
     assert lab == "torch_types" and "#include <torch/types.h>" in p["cuda_sources"]
     assert types_h is None
     monkeypatch.setattr(kbcache, "LIGHT_HEADERS", 0)
-    assert kbcache._header_attempts("load_inline", params) == []
+    assert kbcache._lighter_attempt("load_inline", params) is None
     monkeypatch.setattr(kbcache, "LIGHT_HEADERS", 2)
     plain = dict(params, cuda_sources="__global__ void k() {}")
-    assert [a[0] for a in kbcache._header_attempts("load_inline", plain)] == ["aten_ops"]
+    assert kbcache._lighter_attempt("load_inline", plain)[0] == "aten_ops"
     monkeypatch.setattr(kbcache, "_aten_ops_dir", lambda: None)  # no per-operator headers
-    assert [a[0] for a in kbcache._header_attempts("load_inline", plain)] == ["cuda_as_given"]
-    assert [a[0] for a in kbcache._header_attempts("load_inline", params)] == ["torch_types"]
-    assert kbcache._header_attempts("load", params) == []
+    assert kbcache._lighter_attempt("load_inline", plain)[0] == "cuda_as_given"
+    assert kbcache._lighter_attempt("load_inline", params)[0] == "torch_types"
+    assert kbcache._lighter_attempt("load", params) is None
 
 
 @pytest.mark.parametrize(

@@ -319,7 +319,10 @@ def _scratch(out: Path, limits: Limits, uid: int | None):
     """A fresh directory under ``out`` that only a compiler process of ``uid`` (None: this
     process's user) writes; removed afterwards."""
     d = out / f".scratch-{uuid.uuid4().hex[:10]}"
-    prepare_writable(d, limits=limits, uid=uid) if uid is not None else d.mkdir(parents=True)
+    if uid is None:
+        d.mkdir(parents=True)
+    else:
+        prepare_writable(d, limits=limits, uid=uid)
     try:
         yield d
     finally:
@@ -433,11 +436,8 @@ def build_workdir(
                 cmd = _unit_cmd(u, flags, tmp, src, pch_dir, standin)
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    u.ok, u.timed_out, u.log = (
-                        False,
-                        True,
-                        "not started: compile time limit reached",
-                    )
+                    u.ok, u.timed_out = False, True
+                    u.log = "not started: compile time limit reached"
                     return
                 lim = Limits(**{**lim0.__dict__, "timeout_s": left})
                 res = run_confined(

@@ -160,7 +160,7 @@ def exec_command(
     env = {k: v for k, v in os.environ.items() if k in KEEP_ENV}
     env["TMPDIR"] = str(tmp)
     env["CUDA_AGENT_SANDBOX_CACHE"] = str(cache)
-    env[READ_ALSO_ENV] = str(cache.parent.parent)
+    env[READ_ALSO_ENV] = str(trusted_cache_root(config))
     lim = Limits(timeout_s=timeout, output_cap=max_output, no_network=not network, rss_mb=None)
     with sandbox_uid(lim) as uid:
         if uid is not None:

@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 BUILDS: list[dict[str, Any]] = []
-# 0: the sources exactly as given; 1: the CUDA sources with torch/types.h for torch/extension.h;
-# 2 (default): first per-operator ATen headers in the CUDA sources and a stand-in umbrella header
-# for the generated main.cpp, then level 1, then the sources as given
+# 0: the sources exactly as given; 1: first the CUDA sources with torch/types.h for
+# torch/extension.h; 2 (default): first a stand-in torch/types.h for the CUDA sources (per-operator
+# ATen headers) and a stand-in torch/extension.h for the generated main.cpp. One lighter try,
+# then the sources as given (see _build_lighter)
 LIGHT_HEADERS = int(os.environ.get("CUDA_AGENT_KB_LIGHT_HEADERS", "2") or 0)
 _EXT_H = re.compile(r"#\s*include\s*[<\"]torch/extension\.h[>\"]")
 _LIGHT = "#include <torch/types.h>\n"  # what CUDA code uses of torch/extension.h, minus torch/all.h and Python
@@ -102,28 +103,27 @@ def aten_ops_types_h(srcs: list[str], ops_dir: Path | None) -> str | None:
 Attempt = tuple[str, dict[str, Any], str | None]  # (label, params, stand-in torch/types.h)
 
 
-def _header_attempts(kind: str, params: dict[str, Any]) -> list[Attempt]:
-    """The builds to try before the sources as given. Level 2: the CUDA sources with a stand-in
-    ``torch/types.h`` (:func:`aten_ops_types_h`) and main.cpp with a stand-in
+def _lighter_attempt(kind: str, params: dict[str, Any]) -> Attempt | None:
+    """The one build to try before the sources as given, or None. Level 2: the CUDA sources with
+    a stand-in ``torch/types.h`` (:func:`aten_ops_types_h`) and main.cpp with a stand-in
     ``torch/extension.h``; level 1: the real ``torch/types.h`` in place of ``torch/extension.h``
     in the CUDA sources. One lighter try only: when it fails in the CUDA sources the next build
     is the sources as given (a real compile error, frequent early in RL, costs two compiles, not
     three)."""
     cuda = params.get("cuda_sources")
     if kind != "load_inline" or not cuda or LIGHT_HEADERS < 1:
-        return []
+        return None
     srcs = [cuda] if isinstance(cuda, str) else list(cuda)
     light = [_EXT_H.sub(_LIGHT, x) for x in srcs]
     lp = dict(params, cuda_sources=light[0] if isinstance(cuda, str) else light)
-    out: list[Attempt] = []
     types_h = aten_ops_types_h(srcs, _aten_ops_dir()) if LIGHT_HEADERS >= 2 else None
     if types_h is not None:
-        out.append(("aten_ops", lp, types_h))
-    elif light != srcs:
-        out.append(("torch_types", lp, None))
-    elif LIGHT_HEADERS >= 2:
-        out.append(("cuda_as_given", params, None))  # main.cpp's stand-in alone
-    return out
+        return ("aten_ops", lp, types_h)
+    if light != srcs:
+        return ("torch_types", lp, None)
+    if LIGHT_HEADERS >= 2:
+        return ("cuda_as_given", params, None)  # main.cpp's stand-in alone
+    return None
 
 
 def _failed_targets(err: BaseException) -> tuple[bool, bool]:
@@ -143,15 +143,14 @@ def _first_error(err: BaseException) -> str:
 def _build_lighter(
     kind: str, params: dict[str, Any], build: Path, steps: list[dict[str, Any]] | None = None
 ) -> tuple[Any, str]:
-    """Build with the lightest headers that compile (:func:`_header_attempts`); ninja says
-    which unit failed, and only that one steps down: the CUDA source to its next level, main.cpp
-    to the real umbrella header. Once the CUDA source has no lighter level left, the last try is
-    the sources exactly as given (whose errors are what a candidate sees). Returns (module,
-    what was used); each failed lighter try is appended to ``steps``."""
-    cu = _header_attempts(kind, params)
+    """Build with :func:`_lighter_attempt` first. When only main.cpp fails with its stand-in
+    (ninja's ``FAILED:`` lines say which unit), the same try again with the real umbrella header;
+    on any other failure, the sources exactly as given (whose errors are what a candidate sees).
+    Returns (module, what was used); each failed lighter try is appended to ``steps``."""
+    attempt = _lighter_attempt(kind, params)
     standin = LIGHT_HEADERS >= 2
-    while cu:
-        label, p, types_h = cu[0]
+    while attempt is not None:
+        label, p, types_h = attempt
         p = dict(p)
         if types_h is not None:  # nvcc only: -I comes before torch's -isystem directories
             d = build / "aten_ops_standin"
@@ -179,13 +178,11 @@ def _build_lighter(
                         "error": _first_error(e),
                     }
                 )
-            if (main_failed and not standin) or not (cu_failed or main_failed):
-                cu = []  # main.cpp fails with the real header, or no unit failed: as given
-            elif cu_failed:
-                cu = cu[1:]
-            standin = standin and not main_failed
-            if cu and cu[0][0] == "cuda_as_given" and not standin:
-                cu = []  # nothing lighter left to try
+            # main.cpp alone failed with the stand-in: once more with the real header, where the
+            # CUDA side is still lighter than as given
+            again = standin and main_failed and not cu_failed and label != "cuda_as_given"
+            standin = False
+            attempt = attempt if again else None
     return _ORIG[kind](**params), "as_given"
 
 
