@@ -144,3 +144,11 @@ def test_main_failing_with_the_real_header_ends_at_the_sources_as_given(monkeypa
             kbcache._build_lighter("load_inline", params, tmp_path, steps)
         assert len(calls) == tries and calls[-1] == params, level
         assert steps and steps[0]["main_failed"] and "error: x" in steps[0]["error"]
+
+
+def test_an_unknown_level_is_refused(monkeypatch):
+    monkeypatch.setenv("CUDA_AGENT_KB_LIGHT_HEADERS", "yes")
+    with pytest.raises(ValueError, match="expected 0, 1 or 2"):
+        kbcache._light_level()
+    monkeypatch.setenv("CUDA_AGENT_KB_LIGHT_HEADERS", "1")
+    assert kbcache._light_level() == 1

@@ -28,11 +28,20 @@ from pathlib import Path
 from typing import Any
 
 BUILDS: list[dict[str, Any]] = []
+
+
 # 0: the sources exactly as given; 1: first the CUDA sources with torch/types.h for
 # torch/extension.h; 2 (default): first a stand-in torch/types.h for the CUDA sources (per-operator
 # ATen headers) and a stand-in torch/extension.h for the generated main.cpp. One lighter try,
 # then the sources as given (see _build_lighter)
-LIGHT_HEADERS = int(os.environ.get("CUDA_AGENT_KB_LIGHT_HEADERS", "2") or 0)
+def _light_level() -> int:
+    v = os.environ.get("CUDA_AGENT_KB_LIGHT_HEADERS", "2").strip() or "0"
+    if v not in ("0", "1", "2"):
+        raise ValueError(f"CUDA_AGENT_KB_LIGHT_HEADERS={v!r}: expected 0, 1 or 2")
+    return int(v)
+
+
+LIGHT_HEADERS = _light_level()
 _EXT_H = re.compile(r"#\s*include\s*[<\"]torch/extension\.h[>\"]")
 _LIGHT = "#include <torch/types.h>\n"  # what CUDA code uses of torch/extension.h, minus torch/all.h and Python
 _KB_STANDIN = Path(__file__).with_name("template") / "standin_kb"  # torch/extension.h for main.cpp
