@@ -34,6 +34,10 @@ left() { echo $(( DEADLINE_S - ($(date +%s) - T0) )); }
 say() { echo "[gpu-check $(( $(date +%s) - T0 ))s] $*" >&2; }
 
 # ---------------------------------------------------------------- sections (arg: time limit s)
+sec_tests() {  # TESTS="path ..." (default: the sandbox's root-only and GPU-facing files), one pytest
+  python3 -m pytest -o addopts=--import-mode=importlib -q -p no:cacheprovider -rA \
+    ${TESTS:-packages/sandbox/tests/test_uids.py packages/sandbox/tests/test_exec.py packages/sandbox/tests/test_kb_headers.py}
+}
 sec_ppo-ds() {  # PPO on DeepSpeed ZeRO-2 and ZeRO-3, one rank: steps, resume reproduces step 2
   python3 -m pytest -o addopts=--import-mode=importlib -q -p no:cacheprovider -rA packages/ppo/tests/test_deepspeed.py
 }
@@ -135,6 +139,7 @@ run_lane() {  # run_lane GPU SECTIONS...
       profiler|guards) [ "$lim" -gt 150 ] && lim=150 ;;
       sandbox-ab|sandbox-b) [ "$lim" -gt 280 ] && lim=280 ;;
       agent) [ "$lim" -gt 200 ] && lim=200 ;;
+      tests) [ "$lim" -gt "${TESTS_CAP:-200}" ] && lim=${TESTS_CAP:-200} ;;
       kbeval) [ "$lim" -gt 450 ] && lim=450 ;;
       opsynth) [ "$lim" -gt "${OPSYNTH_CAP:-240}" ] && lim=${OPSYNTH_CAP:-240} ;;
       gen-probe) [ "$lim" -gt 300 ] && lim=300 ;;
