@@ -306,30 +306,43 @@ def _kb_diagnosis(p) -> dict:
 
 def _b_inline(b: dict, env: dict, root: Path) -> None:
     """load_inline: plain (fresh TORCH_EXTENSIONS_DIR) vs ours (content-keyed cache), cold and
-    warm; each of ours says which builds its compile stage saw (an empty list: no build ran there)."""
-    kb2 = KB_SRC.replace("kb_fused_ext", "kb_fused_ext_bench")
-    (root / "kb.py").write_text(kb2)
-    ext_env = dict(env, TORCH_EXTENSIONS_DIR=str(root / "torch_ext"))
-    runner = f"import runpy; runpy.run_path('{root}/kb.py')"
-    s, rc, tail = _timed([sys.executable, "-c", runner], env=ext_env)
-    b["load_inline_plain_cold"] = {"seconds": round(s, 2), "rc": rc, "tail": tail if rc else ""}
-    s, rc, tail = _timed([sys.executable, "-c", runner], env=ext_env)
-    b["load_inline_plain_warm_same_dir"] = {"seconds": round(s, 2), "rc": rc}
+    warm; each of ours says which builds its compile stage saw (an empty list: no build ran there).
+    B_INLINE_ROUNDS=N (default 1) adds cold pairs of new sources, the order alternating per round
+    (round 0 plain first), so neither side always gets the warmer page cache."""
     from cuda_agent.sandbox.config import SandboxConfig
     from cuda_agent.sandbox.evaluate import prepare
 
     cfg = SandboxConfig(backend="cuda", cache_dir=str(root / "kbcache"), guard_policy="off")
-    p1 = prepare(kb(kb2), cfg, backend="cuda")
-    b["ours_kb_cold"] = {
-        "seconds": round(p1.stages.get("compile", -1), 2),
-        "ok": bool(p1.compile and p1.compile.ok),
-        "log": (p1.compile.log_tail if p1.compile else "")[-800:],
-        "builds": p1.meta.get("build"),
-        "stages": p1.stages,
-        "result": p1.result.message if p1.result else None,
-    }
-    if not (p1.meta.get("build") or {}).get("kernelbench") and p1.root:
-        b["ours_kb_cold"]["diagnosis"] = _kb_diagnosis(p1)
+
+    def plain(src: str, tag: str, key: str) -> None:
+        (root / f"kb_{tag}.py").write_text(src)
+        ext_env = dict(env, TORCH_EXTENSIONS_DIR=str(root / f"torch_ext_{tag}"))
+        runner = f"import runpy; runpy.run_path('{root}/kb_{tag}.py')"
+        s, rc, tail = _timed([sys.executable, "-c", runner], env=ext_env)
+        b[key] = {"seconds": round(s, 2), "rc": rc, "tail": tail if rc else ""}
+
+    def ours(src: str, key: str):
+        p1 = prepare(kb(src), cfg, backend="cuda")
+        b[key] = {
+            "seconds": round(p1.stages.get("compile", -1), 2),
+            "ok": bool(p1.compile and p1.compile.ok),
+            "log": (p1.compile.log_tail if p1.compile else "")[-800:],
+            "builds": p1.meta.get("build"),
+            "stages": p1.stages,
+            "result": p1.result.message if p1.result else None,
+        }
+        if not (p1.meta.get("build") or {}).get("kernelbench") and p1.root:
+            b[key]["diagnosis"] = _kb_diagnosis(p1)
+        return p1
+
+    kb2 = KB_SRC.replace("kb_fused_ext", "kb_fused_ext_bench")
+    plain(kb2, "0", "load_inline_plain_cold")
+    s, rc, tail = _timed(
+        [sys.executable, "-c", f"import runpy; runpy.run_path('{root}/kb_0.py')"],
+        env=dict(env, TORCH_EXTENSIONS_DIR=str(root / "torch_ext_0")),
+    )
+    b["load_inline_plain_warm_same_dir"] = {"seconds": round(s, 2), "rc": rc}
+    p1 = ours(kb2, "ours_kb_cold")
     p2 = prepare(kb(kb2), cfg, backend="cuda")
     b["ours_kb_warm"] = {
         "seconds": round(p2.stages.get("compile", -1), 2),
@@ -343,6 +356,28 @@ def _b_inline(b: dict, env: dict, root: Path) -> None:
     log(
         f"  load_inline plain {b['load_inline_plain_cold']['seconds']}s, ours cold {b['ours_kb_cold']['seconds']}s warm {b['ours_kb_warm']['seconds']}s"
     )
+    save()
+    pairs = [(b["load_inline_plain_cold"]["seconds"], b["ours_kb_cold"]["seconds"])]
+    for r in range(1, int(os.environ.get("B_INLINE_ROUNDS", "1"))):
+        if left() < 120:
+            log(f"  round {r}: skipped ({left():.0f}s left)")
+            break
+        src = KB_SRC.replace("kb_fused_ext", f"kb_fused_ext_r{r}")
+        for side in ("plain", "ours") if r % 2 == 0 else ("ours", "plain"):
+            if side == "plain":
+                plain(src, str(r), f"r{r}_plain_cold")
+            else:
+                pr = ours(src, f"r{r}_ours_cold")
+                if pr.root:
+                    shutil.rmtree(pr.root, ignore_errors=True)
+        pairs.append((b[f"r{r}_plain_cold"]["seconds"], b[f"r{r}_ours_cold"]["seconds"]))
+        log(
+            f"  round {r} ({'plain' if r % 2 == 0 else 'ours'} first): plain {pairs[-1][0]}s ours {pairs[-1][1]}s"
+        )
+        save()
+    b["inline_cold_pairs"] = [
+        {"plain_s": a, "ours_s": o, "ratio": round(a / o, 2)} for a, o in pairs
+    ]
     REPORT["B"] = b
     save()
 
