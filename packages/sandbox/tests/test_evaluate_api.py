@@ -106,6 +106,11 @@ def test_verification_starts_while_the_reference_runs(cache_dir, scale_add_task)
     assert "verify_started_early" not in late.meta
     assert "wait_reference" in early.meta["phases_s"]["verify"]
     assert "wait_reference" not in late.meta["phases_s"]["verify"]
+    # the early process's start-up, import and wait came before the stage's clock: not in "other"
+    ph = early.meta["phases_s"]["verify"]
+    assert ph["before_stage"] >= ph["import_torch"] + ph["wait_reference"] - 0.002, ph
+    assert ph["other"] > -0.05, ph
+    assert "before_stage" not in late.meta["phases_s"]["verify"]
 
 
 def test_a_failing_reference_cancels_the_waiting_verification(cache_dir):
@@ -142,3 +147,4 @@ def test_timing_starts_while_the_outputs_are_compared(cache_dir, scale_add_task)
     assert "wait_compare" not in late.meta["phases_s"]["time"]
     # its import happened before the start signal: not in the stage, unlike the late start
     assert early.meta["phases_s"]["time"]["import_torch"] > 0
+    assert early.meta["phases_s"]["time"]["other"] > -0.05, early.meta["phases_s"]["time"]

@@ -269,14 +269,22 @@ def _run_op(
 
 def _record_phases(p: Prepared, stage: str, rep: dict[str, Any]) -> None:
     """Keep where one op's wall time went in ``meta["phases_s"][stage]``: the phases the process
-    reported, its start-up, and the rest (exit, the parent's waits). Informational only."""
+    reported, its start-up, and the rest (exit, the parent's waits). A process started early (a
+    ``wait_*`` phase) had its start-up, ``import torch`` and wait before the stage's clock began
+    at the start signal: they are kept, summed as ``before_stage``, and not counted in ``other``
+    (which was negative by that much before). Informational only."""
     phases = rep.get("phases_s")
     if not isinstance(phases, dict) or stage not in p.stages:
         return
     d = {str(k): round(float(v), 3) for k, v in phases.items() if isinstance(v, (int, float))}
     if isinstance(rep.get("startup_s"), (int, float)):
         d["startup"] = round(float(rep["startup_s"]), 3)
-    d["other"] = round(p.stages[stage] - sum(d.values()), 3)
+    waits = [k for k in d if k.startswith("wait_")]
+    before = {"startup", "import_torch", *waits} if waits else set()
+    if before:
+        d["before_stage"] = round(sum(v for k, v in d.items() if k in before), 3)
+    during = sum(v for k, v in d.items() if k not in before and k != "before_stage")
+    d["other"] = round(p.stages[stage] - during, 3)
     p.meta.setdefault("phases_s", {})[stage] = d
 
 
