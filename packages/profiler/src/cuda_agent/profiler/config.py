@@ -7,7 +7,10 @@ from typing import Any, Literal
 
 #: Goes into every result (TimingDetail, Baseline, cache keys). Bump when the protocol changes
 #: in a way that moves numbers: warm-up rule, flush, statistic, stop rule, sample selection.
-PROTOCOL_VERSION = "ca-timing-1"
+#: ca-timing-2: the device is synchronised after the per-round input refresh (ca-timing-1 left it
+#: queued ahead of the round's first call only, which hid that call's host-side launch time:
+#: torch.compile's baseline was bimodal by its position in the round).
+PROTOCOL_VERSION = "ca-timing-2"
 
 
 @dataclass(frozen=True)

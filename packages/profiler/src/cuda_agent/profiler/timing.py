@@ -2,7 +2,8 @@
 
 Per timed call (CUDA):
 1. fresh values: floating inputs of the round's input set are multiplied in place by
-   ``1 + jitter*N(0,1)`` (sign and zero pattern kept; content caches miss);
+   ``1 + jitter*N(0,1)`` (sign and zero pattern kept; content caches miss), then the device is
+   synchronised, so every call of a round starts from the same idle device (since ca-timing-2);
 2. persisting-L2 lines are reset and L2 is flushed by writing a buffer of >= 2x the L2 size;
 3. the start event is recorded on the caller's stream after the flush; the call runs;
 4. a "local" end event is recorded on the same stream (what KernelBench-style timers see);
@@ -431,6 +432,10 @@ def paired(
         changed = False
         if gen is not None:
             changed = _jitter_inputs(inputs, cfg.jitter, gen)
+            if changed and is_cuda:
+                # the refresh runs on the device: left queued, it would lead only the round's
+                # first call and hide that call's host-side launch time (ca-timing-1 did)
+                torch.cuda.synchronize(timer.device)
         return slot, inputs, changed
 
     old_threads = torch.get_num_threads()
