@@ -36,6 +36,13 @@ def test_incorrect_kernel_is_caught(warm_build, cache_dir, scale_add_task, scale
 
     want = "leased unprivileged uids" if caps().drop_user else "the evaluator's user"
     assert r.meta["build"]["compilers_as"] == want
+    # read from the build that ran, not from the config: an unchanged solution compiles nothing
+    again = evaluate(
+        workdir_candidate(scale_add_task, scale_add_files, **{"kernels/ops.cpp": WRONG}),
+        cfg.with_(timing=False),
+    )
+    assert again.compile is not None and again.compile.cached
+    assert again.meta["build"]["compilers_as"] == "none ran (all cached)"
 
 
 def test_pool_keeps_order_and_static_guard_rejects(cache_dir, scale_add_task):

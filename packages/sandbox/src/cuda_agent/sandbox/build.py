@@ -68,6 +68,12 @@ class BuildResult:
     pch: str = "off"  # off | on | rejected (the compiler did not use it) | failed | unused (...)
     link_seconds: float = 0.0  # 0 when the module came from the cache
     link_stubs: bool = False  # linked against stand-ins of torch's libraries (ensure_link_stubs)
+    # who the compilers and the linker of this build ran as; "" when none ran (all cached)
+    compilers_as: str = ""
+
+
+def _who(uid: int | None) -> str:
+    return "leased unprivileged uids" if uid is not None else "the evaluator's user"
 
 
 # set by `sandbox exec` for the workspace tools: the trusted evaluation's cache root, which they
@@ -419,6 +425,8 @@ def build_workdir(
         pch_state = "on" if pch_dir else "failed"
     deadline = t0 + timeout_s
 
+    ran_as: set[str] = set()
+
     def compile_one(u: Unit) -> None:
         if u.cached:
             return
@@ -427,6 +435,7 @@ def build_workdir(
         # absolute path), and its errors go back to the agent: it runs as a leased unprivileged
         # uid where one is dropped to, writing only a scratch directory of its own
         with sandbox_uid(lim0) as uid, _scratch(out, lim0, uid) as scratch:
+            ran_as.add(_who(uid))
             tmp = scratch / "unit.o"
             standin = bool(u.heavy) and os.environ.get("CUDA_AGENT_STANDIN", "1") != "0"
             if standin and u.frontend:  # it would fail against the stand-in: skip that attempt
@@ -525,6 +534,7 @@ def build_workdir(
             timed_out,
             unit_facts,
             pch_state,
+            compilers_as=" and ".join(sorted(ran_as)),
         )
     # link (cached by the objects' keys and the libraries asked for)
     text = "".join(u.src.read_text(errors="replace") for u in units if u.kind != "binding")
@@ -550,6 +560,7 @@ def build_workdir(
         left = max(1.0, deadline - time.monotonic())
         lim = Limits(**{**base.__dict__, "timeout_s": left})
         with sandbox_uid(lim) as uid, _scratch(out, lim, uid) as scratch:
+            ran_as.add(_who(uid))
             tmp = scratch / "module.so"
             cmd = [flags.cxx, *objs, *search, *flags.ldflags, *extra, "-o", str(tmp)]
             res = run_confined(
@@ -566,6 +577,7 @@ def build_workdir(
                     res.timed_out,
                     unit_facts,
                     pch_state,
+                    compilers_as=" and ".join(sorted(ran_as)),
                 )
             cache.put(tmp, mod)
         link_s = time.monotonic() - tl
@@ -586,4 +598,5 @@ def build_workdir(
         pch_state,
         link_s,
         linked_stubs,
+        " and ".join(sorted(ran_as)),
     )

@@ -465,11 +465,7 @@ def _prepare(p: Prepared, slot: int) -> None:
             "pch": b.pch,
             "linker": flags_for(p.backend).linker,
             # who the compilers and the linker ran as (build.build_workdir)
-            "compilers_as": (
-                "leased unprivileged uids"
-                if cfg.drop_user and caps().drop_user
-                else "the evaluator's user"
-            ),
+            "compilers_as": b.compilers_as or "none ran (all cached)",
             **(
                 {"link_s": round(b.link_seconds, 3), "link_stubs": b.link_stubs}
                 if b.link_seconds
