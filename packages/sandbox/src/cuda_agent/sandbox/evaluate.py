@@ -264,27 +264,37 @@ def _run_op(
     if isinstance(report.get("t_import"), (int, float)):
         # confinement set-up plus interpreter start, up to the runner's own import
         report["startup_s"] = round(float(report["t_import"]) - t_spawn, 4)
+    report["t_spawn"] = t_spawn
     return out, report
 
 
-def _record_phases(p: Prepared, stage: str, rep: dict[str, Any]) -> None:
+def _record_phases(
+    p: Prepared,
+    stage: str,
+    rep: dict[str, Any],
+    stage_t0: float | None = None,
+    gate_wait: float = 0.0,
+) -> None:
     """Keep where one op's wall time went in ``meta["phases_s"][stage]``: the phases the process
-    reported, its start-up, and the rest (exit, the parent's waits). A process started early (a
-    ``wait_*`` phase) had its start-up, ``import torch`` and wait before the stage's clock began
-    at the start signal: they are kept, summed as ``before_stage``, and not counted in ``other``
-    (which was negative by that much before). Informational only."""
+    reported, its start-up, and ``other`` (exit, polling, what no phase names), so that the
+    phases plus ``other`` are the process's life: ``before_stage`` + the stage + ``gate_wait``.
+    ``before_stage`` is kept for a process started early (``stage_t0``: the wall-clock time the
+    stage's clock started, at its start signal): from its spawn to then (start-up, ``import
+    torch`` and its ``wait_*`` phase, or part of them). ``gate_wait``: seconds the parent left
+    out of the stage while the process waited for the device (the timing stage). Informational
+    only."""
     phases = rep.get("phases_s")
     if not isinstance(phases, dict) or stage not in p.stages:
         return
     d = {str(k): round(float(v), 3) for k, v in phases.items() if isinstance(v, (int, float))}
     if isinstance(rep.get("startup_s"), (int, float)):
         d["startup"] = round(float(rep["startup_s"]), 3)
-    waits = [k for k in d if k.startswith("wait_")]
-    before = {"startup", "import_torch", *waits} if waits else set()
-    if before:
-        d["before_stage"] = round(sum(v for k, v in d.items() if k in before), 3)
-    during = sum(v for k, v in d.items() if k not in before and k != "before_stage")
-    d["other"] = round(p.stages[stage] - during, 3)
+    named = sum(d.values())
+    before = 0.0
+    if stage_t0 is not None and isinstance(rep.get("t_spawn"), (int, float)):
+        before = max(0.0, stage_t0 - float(rep["t_spawn"]))
+        d["before_stage"] = round(before, 3)
+    d["other"] = round(p.stages[stage] + before + gate_wait - named, 3)
     p.meta.setdefault("phases_s", {})[stage] = d
 
 
@@ -1070,14 +1080,14 @@ def _run_on_device(
     p.meta["isolation"] = rs.isolation
     trials, init_seed, refs, hidden = rs.trials, rs.init_seed, rs.refs, rs.hidden
     init_path, sd_path = rs.init_path, rs.sd_path
-    t = time.monotonic()
+    t, t_wall = time.monotonic(), time.time()
     if early is not None:  # started by the reference phase, which returned its outputs
         out, rep = early.go()  # the stage counts from here: the process was waiting, warm
         p.meta["verify_started_early"] = True
     else:
         out, rep = verify(cand_spec_for(trials, init_seed, init_path, sd_path), hidden)
     p.stages["verify"] = time.monotonic() - t
-    _record_phases(p, "verify", rep)
+    _record_phases(p, "verify", rep, stage_t0=t_wall if early is not None else None)
     p.meta["isolation"] = out.isolation
 
     def time_op() -> _TimeOp:
@@ -1193,12 +1203,12 @@ def _run_on_device(
     if not cfg.timing:
         return _result(p, Status.OK, "correct (timing skipped)", correctness=corr)
     # 3. timing in a fresh process, then the re-check of a call made after the timed ones
-    t = time.monotonic()
+    t, t_wall = time.monotonic(), time.time()
     timer = early_time[0] if early_time else time_op()
     out, rep, waited = timer.run(turn)
     p.stages["time"] = time.monotonic() - t - waited  # from the start signal when early
     p.stages["time_wait"] = waited
-    _record_phases(p, "time", rep)
+    _record_phases(p, "time", rep, stage_t0=t_wall if early_time else None, gate_wait=waited)
     if early_time:
         p.meta["time_started_early"] = round(timer.pre_start_s, 3)  # seconds it waited warm
     if isinstance(rep.get("timed_wall"), list):
