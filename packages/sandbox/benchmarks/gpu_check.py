@@ -124,6 +124,16 @@ def brief(r: dict) -> dict:
         "compile_ms": (tm.get("compile") or {}).get("median_ms"),
         "speedup_vs_eager": r.get("speedup_vs_eager"),
         "speedup_vs_compile": r.get("speedup_vs_compile"),
+        # the reward decides on the interval's lower ends; a wide baseline shows in its IQR
+        "speedup_ci": {
+            "eager": tm.get("speedup_vs_eager_ci"),
+            "compile": tm.get("speedup_vs_compile_ci"),
+        },
+        "spread_ms": {
+            side: {k: (tm.get(side) or {}).get(k) for k in ("min_ms", "iqr_ms", "n")}
+            for side in ("candidate", "eager", "compile")
+        },
+        "protocol": tm.get("protocol_version"),
         "stages_s": (r.get("meta") or {}).get("stages_s"),
         "isolation": (r.get("meta") or {}).get("isolation"),
         "guards": [g["code"] + ":" + g["severity"] for g in r.get("guards", [])],
