@@ -8,6 +8,8 @@
 #   LANE0="sandbox-d2 ppo-multi" bash bin/gpu-check.sh                                 # two GPUs
 #   LANE0="gen-probe sandbox-wpg" bash bin/gpu-check.sh                                # one GPU
 #   OPSYNTH_FROM=.gpu-data/opsynth-run RESUME=1 LANE0="opsynth" bash bin/gpu-check.sh  # continue a run
+#   TESTS="packages/profiler/tests/test_gpu.py" LANE0="tests sandbox-ab" bash bin/gpu-check.sh  # pytest files, then A+B
+#   B_ONLY_INLINE=1 B_INLINE_ROUNDS=3 LANE0="sandbox-b" bash bin/gpu-check.sh          # cold load_inline pairs
 #
 # Lanes run in parallel, each pinned to one GPU (LANE0 on GPU 0, LANE1 on GPU 1) unless its
 # sections need every GPU (sandbox-d2, ppo-multi); sections of a lane run in order, each under its
