@@ -40,6 +40,9 @@ sec_tests() {  # TESTS="path ..." (default: the sandbox's root-only and GPU-faci
   python3 -m pytest -o addopts=--import-mode=importlib -q -p no:cacheprovider -rA \
     ${TESTS:-packages/sandbox/tests/test_uids.py packages/sandbox/tests/test_exec.py packages/sandbox/tests/test_kb_headers.py}
 }
+sec_timing-ab() {  # the timing protocol's refresh sync, ca-timing-2 vs ca-timing-1, same process
+  python3 packages/profiler/benchmarks/refresh_sync_ab.py "$1/refresh_sync_ab.json" ${AB_ROUNDS:-4}
+}
 sec_ppo-ds() {  # PPO on DeepSpeed ZeRO-2 and ZeRO-3, one rank: steps, resume reproduces step 2
   python3 -m pytest -o addopts=--import-mode=importlib -q -p no:cacheprovider -rA packages/ppo/tests/test_deepspeed.py
 }
@@ -142,6 +145,7 @@ run_lane() {  # run_lane GPU SECTIONS...
       sandbox-ab|sandbox-b) [ "$lim" -gt 280 ] && lim=280 ;;
       agent) [ "$lim" -gt 200 ] && lim=200 ;;
       tests) [ "$lim" -gt "${TESTS_CAP:-200}" ] && lim=${TESTS_CAP:-200} ;;
+      timing-ab) [ "$lim" -gt 200 ] && lim=200 ;;
       kbeval) [ "$lim" -gt 450 ] && lim=450 ;;
       opsynth) [ "$lim" -gt "${OPSYNTH_CAP:-240}" ] && lim=${OPSYNTH_CAP:-240} ;;
       gen-probe) [ "$lim" -gt 300 ] && lim=300 ;;

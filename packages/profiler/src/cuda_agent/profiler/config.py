@@ -42,6 +42,9 @@ class TimingConfig:
     # fresh values: multiply floating inputs by (1 + jitter * N(0,1)) before every call/round
     fresh_values: bool = True
     jitter: float = 1e-3
+    # synchronise after the refresh (ca-timing-2); False is ca-timing-1's behaviour, kept for the
+    # A/B that measures the difference (results say `refresh_unsynced`)
+    sync_after_refresh: bool = True
     # CUDA graph replay for short programs (applied to every side of a paired comparison)
     cuda_graph: Literal["auto", "on", "off"] = "auto"
     # a 1024-element ReLU measured ~33 us per call under this protocol on an H200 (launch-bound)

@@ -57,6 +57,7 @@ F_TRACE = "trace_mismatch"  # kernel time in a trace exceeds the event time per 
 F_NO_FLUSH = "no_l2_flush"
 F_NO_NVML = "no_clock_sampling"
 F_DEFERRED = "deferred_work"  # device work kept arriving after the call was synchronised
+F_UNSYNCED = "refresh_unsynced"  # sync_after_refresh=False: ca-timing-1's round, for A/B only
 
 
 def _tensor_type():
@@ -432,10 +433,12 @@ def paired(
         changed = False
         if gen is not None:
             changed = _jitter_inputs(inputs, cfg.jitter, gen)
-            if changed and is_cuda:
+            if changed and is_cuda and cfg.sync_after_refresh:
                 # the refresh runs on the device: left queued, it would lead only the round's
                 # first call and hide that call's host-side launch time (ca-timing-1 did)
                 torch.cuda.synchronize(timer.device)
+            elif changed and is_cuda:
+                flags.add(F_UNSYNCED)
         return slot, inputs, changed
 
     old_threads = torch.get_num_threads()
