@@ -113,10 +113,14 @@ def test_verification_starts_while_the_reference_runs(cache_dir, scale_add_task)
     assert "verify_started_early" not in late.meta
     assert "wait_reference" in early.meta["phases_s"]["verify"]
     assert "wait_reference" not in late.meta["phases_s"]["verify"]
-    # the early process's start-up, import and wait came before the stage's clock: not in "other"
-    # (the wait ends when the process sees the signal: up to a poll later than the stage's start)
+    # the early process's life before the stage's clock (its start signal) is not in "other";
+    # it is its start-up, import and wait when it waited (the wait ends up to a poll after the
+    # signal), and a part of them when the signal came during its import
     ph = early.meta["phases_s"]["verify"]
-    assert ph["before_stage"] + 0.05 >= ph["startup"] + ph["import_torch"] + ph["wait_reference"]
+    pre = ph["startup"] + ph["import_torch"] + ph["wait_reference"]
+    assert ph["before_stage"] <= pre + 0.05, ph
+    if ph["wait_reference"] > 0.01:
+        assert ph["before_stage"] + 0.05 >= pre, ph
     assert ph["other"] > -0.05, ph
     assert "before_stage" not in late.meta["phases_s"]["verify"]
     assert late.meta["phases_s"]["verify"]["other"] > -0.05
