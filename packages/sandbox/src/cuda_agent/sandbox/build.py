@@ -425,7 +425,10 @@ def build_workdir(
         pch_state = "on" if pch_dir else "failed"
     deadline = t0 + timeout_s
 
-    ran_as: set[str] = set()
+    ran_as: set[str] = set()  # who the compilers and the linker ran as (_who)
+
+    def ran() -> str:
+        return " and ".join(sorted(ran_as))
 
     def compile_one(u: Unit) -> None:
         if u.cached:
@@ -534,7 +537,7 @@ def build_workdir(
             timed_out,
             unit_facts,
             pch_state,
-            compilers_as=" and ".join(sorted(ran_as)),
+            compilers_as=ran(),
         )
     # link (cached by the objects' keys and the libraries asked for)
     text = "".join(u.src.read_text(errors="replace") for u in units if u.kind != "binding")
@@ -577,7 +580,7 @@ def build_workdir(
                     res.timed_out,
                     unit_facts,
                     pch_state,
-                    compilers_as=" and ".join(sorted(ran_as)),
+                    compilers_as=ran(),
                 )
             cache.put(tmp, mod)
         link_s = time.monotonic() - tl
@@ -598,5 +601,5 @@ def build_workdir(
         pch_state,
         link_s,
         linked_stubs,
-        " and ".join(sorted(ran_as)),
+        ran(),
     )
