@@ -122,3 +122,18 @@ def test_workspace_and_flags_commands(tmp_path, scale_add_task):
     assert r.returncode == 0, r.stderr
     f = json.loads(r.stdout)
     assert f["backend"] == "cpu" and len(f["key"]) == 16 and f["tool_versions"]["cxx"]
+    # a backend name that is not one is a usage error, not another backend's flags or 'auto'
+    for cmd in (("flags",), ("workspace", str(tasks), str(tmp_path / "ws3"))):
+        r = _cli(*cmd, "--backend", "gpu")
+        assert r.returncode == 2 and "expected" in r.stderr and not r.stdout, (cmd, r.stderr)
+    assert not (tmp_path / "ws3").exists()
+
+
+def test_an_unknown_backend_is_refused_not_taken_for_auto():
+    import pytest
+
+    from cuda_agent.sandbox.config import resolve_backend
+
+    assert resolve_backend("cpu") == "cpu" and resolve_backend("cuda") == "cuda"
+    with pytest.raises(ValueError, match="expected cuda, cpu or auto"):
+        resolve_backend("gpu")

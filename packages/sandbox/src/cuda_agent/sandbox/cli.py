@@ -152,6 +152,7 @@ def eval_cmd(
     from .evaluate import cache_root
     from .pool import SandboxPool, parse_gpus
 
+    _backend_opt(backend)
     if resume and output is None:
         raise fail("--resume needs -o FILE")
     shard_t = parse_shard(shard)
@@ -287,7 +288,7 @@ def workspace_cmd(
             break
     if chosen is None:
         raise fail(f"no task {'with id ' + task_id if task_id else ''} in {task_jsonl}")
-    be = resolve_backend(backend)
+    be = resolve_backend(_backend_opt(backend))
     try:
         d = create_workspace(chosen, out_dir, backend=be)
     except FileExistsError as e:
@@ -353,6 +354,15 @@ def _json_opt(text: str | None) -> dict | None:
     return d
 
 
+def _backend_opt(value: str, allowed: tuple[str, ...] = ("cuda", "cpu", "auto")) -> str:
+    """``value`` of a --backend option, or a usage error naming what is allowed."""
+    if value not in allowed:
+        raise typer.BadParameter(
+            f"{value!r}: expected {', '.join(allowed)}", param_hint="--backend"
+        )
+    return value
+
+
 @app.command("caps")
 def caps_cmd() -> None:
     """Print what isolation this machine allows (uid drop, network namespace, pids cgroup)."""
@@ -375,7 +385,7 @@ def flags_cmd(
 
     from .toolchain import cxx, flags_for, nvcc, tool_version
 
-    f = flags_for(backend)
+    f = flags_for(_backend_opt(backend, ("cpu", "cuda")))
     tools = {
         "cxx": tool_version(cxx()),
         "nvcc": tool_version(nvcc() or "") if backend == "cuda" else "",

@@ -71,10 +71,16 @@ class SandboxConfig:
         return SandboxConfig(**{k: v for k, v in d.items() if k in names})
 
 
+BACKENDS = ("cuda", "cpu")
+
+
 def resolve_backend(backend: str) -> str:
-    """'auto' -> 'cuda' when nvidia-smi sees a GPU and nvcc exists, else 'cpu'."""
-    if backend in ("cuda", "cpu"):
+    """'auto' -> 'cuda' when nvidia-smi sees a GPU and nvcc exists, else 'cpu'. Any name other
+    than cuda, cpu or auto raises ValueError (it used to be taken for 'auto')."""
+    if backend in BACKENDS:
         return backend
+    if backend != "auto":
+        raise ValueError(f"backend {backend!r}: expected cuda, cpu or auto")
     from .toolchain import device_capability, nvcc
 
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
