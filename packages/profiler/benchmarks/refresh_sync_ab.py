@@ -5,7 +5,7 @@ on two NxN fp32 tensors), paired as the sandbox's baselines are.
 
     python packages/profiler/benchmarks/refresh_sync_ab.py OUT.json [ROUNDS=4] [N=8192] [CAP_S=3]
 
-Writes per arm and round each side's median, quartiles, minimum and sample count, the compiled
+Progress goes to stderr, the summary (JSON) to stdout. Writes per arm and round each side's median, quartiles, minimum and sample count, the compiled
 module's host-side call time (what an unsynced round can hide), and a summary per arm. Meant
 for a CUDA GPU; ``DEVICE=cpu`` runs the same script on the CPU path (no refresh queue there: a
 smoke check of the script, not of the protocol).
@@ -89,6 +89,7 @@ def main() -> None:
             print(
                 f"round {r} sync={synced}: compile median {c['median_ms']:.4f} iqr {c['iqr_ms']:.4f}"
                 f" min {c['min_ms']:.4f} n {c['n']}; eager median {row['eager']['median_ms']:.4f}",
+                file=sys.stderr,
                 flush=True,
             )
             with open(out, "w") as f:
