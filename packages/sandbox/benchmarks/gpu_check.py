@@ -198,7 +198,12 @@ def section_b() -> None:
         env["CUDA_HOME"] = str(cuda_home())
     root = Path(tempfile.mkdtemp(prefix="cbench-"))
     os.chmod(root, 0o755)  # our kernelbench cache lives under it: the sandbox's user must reach it
-    cu2 = WD_FILES["kernels/fused.cu"] + "\n// warm change\n"
+    # warm: an edit of a kernel's body (what an agent's iterations mostly are; a comment alone
+    # would change nothing but line markers), and one of the launcher (host code)
+    cu0 = WD_FILES["kernels/fused.cu"]
+    cu2 = cu0.replace("-3.0f), 3.0f)", "-3.5f), 3.5f)")
+    cu3 = cu0.replace("(unsigned)blocks, 256, 0, stream", "(unsigned)blocks, 256, 0, (stream)")
+    assert cu2 != cu0 and cu3 != cu0
     REPORT["B"] = b  # saved after every measurement: a section cut at its limit keeps what it has
     if os.environ.get("B_ONLY_INLINE"):
         _b_inline(b, env, root)
@@ -261,6 +266,21 @@ def section_b() -> None:
             r2 = build_workdir(w2, w2 / "build", backend="cuda", cache=cache, jobs=8, pch=pch)
             b["ours_warm_cu_changed"] = _facts(r2)
             log(f"  ours_warm_cu_changed: {r2.seconds:.1f}s ok={r2.ok} units={_unit_s(r2)}")
+            c3 = wd(**{"kernels/fused.cu": cu3})
+            w3 = materialise(c3.task, c3.solution, root / "w_warm_launcher", "cuda")
+            r3 = build_workdir(w3, w3 / "build", backend="cuda", cache=cache, jobs=8, pch=pch)
+            b["ours_warm_launcher_changed"] = _facts(r3)
+            log(f"  ours_warm_launcher_changed: {r3.seconds:.1f}s units={_unit_s(r3)}")
+            # the same kernel-body edit with nvcc run whole (before the split of its steps)
+            os.environ["CUDA_AGENT_NVCC_SPLIT"] = "0"
+            try:
+                c4 = wd(**{"kernels/fused.cu": cu0.replace("-3.0f), 3.0f)", "-2.5f), 2.5f)")})
+                w4 = materialise(c4.task, c4.solution, root / "w_warm_whole", "cuda")
+                r4 = build_workdir(w4, w4 / "build", backend="cuda", cache=cache, jobs=8, pch=pch)
+            finally:
+                os.environ.pop("CUDA_AGENT_NVCC_SPLIT")
+            b["ours_warm_cu_changed_nvcc_whole"] = _facts(r4)
+            log(f"  ours_warm_cu_changed_nvcc_whole: {r4.seconds:.1f}s units={_unit_s(r4)}")
         save()
     # the PCH build itself (one-time)
     pch_note = [u for u in (REPORT.get("A_pch") or [])]
@@ -270,6 +290,9 @@ def section_b() -> None:
         ("ours_cold_infra_ready", "torch_load_cold"),
         ("ours_cold_pch_ready", "torch_load_cold"),
         ("ours_warm_cu_changed", "torch_load_warm_cu_changed"),
+        ("ours_warm_launcher_changed", "torch_load_warm_cu_changed"),
+        ("ours_warm_cu_changed_nvcc_whole", "torch_load_warm_cu_changed"),
+        ("ours_warm_cu_changed", "ours_warm_cu_changed_nvcc_whole"),
         ("ours_warm_cu_changed", "torch_load_cold"),
     ):
         a, t = b.get(ours) or {}, b.get(theirs) or {}

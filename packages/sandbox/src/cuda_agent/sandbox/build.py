@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -25,7 +26,8 @@ from pathlib import Path
 
 from cuda_agent.records.filelock import exclusive_lock
 
-from .isolation import Limits, cap_text, prepare_writable, run_confined, sandbox_uid
+from . import nvcc_split
+from .isolation import Limits, Outcome, cap_text, prepare_writable, run_confined, sandbox_uid
 from .toolchain import Flags, flags_for, torch_info
 
 HEADER_EXT = (".h", ".hpp", ".cuh", ".inl", ".hh")
@@ -52,6 +54,9 @@ class Unit:
     frontend: bool = False  # names the C++ frontend (see uses_cpp_frontend)
     # bindings with umbrella includes: "stand-in", "real (stand-in failed)" or "real (C++ frontend)"
     headers: str = ""
+    parts: list[Path] = field(default_factory=list)  # objects linked besides ``obj`` (a split .cu)
+    # a .cu: "split (host cached)", "split", "whole" or "whole (<why not split>)"
+    nvcc: str = ""
 
 
 @dataclass
@@ -220,6 +225,123 @@ def ensure_pch(cache: ObjectCache, flags: Flags, limits: Limits) -> tuple[Path |
         return None, "pch: build failed, compiling without it: " + out.stderr[-500:]
 
 
+SPLIT_ENV = "CUDA_AGENT_NVCC_SPLIT"  # "0": every .cu compiled by nvcc whole
+_PROBE_CU = """#include <cuda_runtime.h>
+__global__ void cuda_agent_probe(float* x) { x[threadIdx.x] *= 2.0f; }
+extern "C" void cuda_agent_probe_launch(float* x, cudaStream_t s) { cuda_agent_probe<<<1, 32, 0, s>>>(x); }
+"""
+
+
+def split_enabled() -> bool:
+    """Whether ``.cu`` units are compiled as nvcc's steps in two chains (:mod:`nvcc_split`)."""
+    return os.environ.get(SPLIT_ENV, "1") != "0"
+
+
+def ensure_split_wrapper(cache: ObjectCache, flags: Flags) -> tuple[nvcc_split.Wrapper | None, str]:
+    """The fat-binary wrapper for ``flags``'s nvcc, derived once per toolchain from nvcc's own
+    output for a probe kernel and checked: the probe compiled split must give the same fat
+    binary as nvcc whole. (None, why) when it cannot be derived or the check fails: every ``.cu``
+    is then compiled whole."""
+    d = cache.root / "nvcc-split"
+    rec = cache.existing(d / f"{flags.key}.json")
+    if rec.exists():
+        data = json.loads(rec.read_text())
+        w = data.get("wrapper")
+        return (nvcc_split.Wrapper(**w) if w else None), data.get("why", "")
+    if cache.read_also is not None:  # a tools cache: the trusted one derives it
+        return None, "no split wrapper in the trusted cache"
+    assert flags.nvcc is not None
+    d.mkdir(parents=True, exist_ok=True)
+    with cache.lock(f"nvcc-split-{flags.key}"):
+        rec = d / f"{flags.key}.json"
+        if rec.exists():
+            return ensure_split_wrapper(cache, flags)
+        work = d / f"probe-{uuid.uuid4().hex[:8]}"
+        whole, split = work / "whole", work / "split"
+        whole.mkdir(parents=True)
+        split.mkdir()
+        (work / "probe.cu").write_text(_PROBE_CU)
+        env = _compiler_env(work)
+        wrapper, why = None, ""
+        try:
+            cmd = [flags.nvcc, *flags.cuda_cflags, "-c", str(work / "probe.cu")]
+            out = subprocess.run(
+                [*cmd, "-o", str(whole / "probe.o"), "--keep", "--keep-dir", str(whole)],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=300,
+                check=False,
+            )
+            fatc = whole / "probe.fatbin.c"
+            if out.returncode != 0 or not fatc.exists():
+                why = f"probe did not compile: {out.stderr[-300:]}"
+            elif (wrapper := nvcc_split.derive_wrapper(fatc.read_text())) is None:
+                why = "nvcc's fat-binary file is not in the expected shape"
+            else:
+                p, why = nvcc_split.plan(
+                    flags.nvcc,
+                    list(flags.cuda_cflags),
+                    work / "probe.cu",
+                    split,
+                    "probe.cu",
+                    wrapper,
+                    env,
+                )
+                if p is not None:
+                    _write_new(p.module_id, p.module_id_text)
+                    _write_new(p.fatbin_c, p.wrapper_text)
+                    _write_new(p.data_asm, p.data_asm_text)
+                    steps = [*p.host_steps, *p.device_steps, p.host_compile]
+                    res = subprocess.run(
+                        nvcc_split.script(steps),
+                        capture_output=True,
+                        text=True,
+                        env={**env, **p.env},
+                        timeout=300,
+                        check=False,
+                    )
+                    same = (
+                        res.returncode == 0
+                        and (whole / "probe.fatbin").exists()
+                        and p.fatbin_c.with_suffix("").read_bytes()
+                        == (whole / "probe.fatbin").read_bytes()
+                    )
+                    if not same:
+                        why = (
+                            "the probe compiled split did not give nvcc's fat binary: "
+                            + (res.stderr[-300:])
+                        )
+                if why:
+                    wrapper = None
+        except (OSError, subprocess.TimeoutExpired) as e:
+            wrapper, why = None, f"probe failed: {e}"
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        tmp = d / f".{flags.key}.{uuid.uuid4().hex[:8]}"
+        tmp.write_text(json.dumps({"wrapper": wrapper.__dict__ if wrapper else None, "why": why}))
+        os.replace(tmp, rec)
+        return wrapper, why
+
+
+def _write_new(path: Path, text: str) -> None:
+    """Create ``path`` (never through a link, never over an existing file) with ``text``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+def _split_parts(cache: ObjectCache, key: str) -> tuple[Path, list[Path]]:
+    """A ``.cu`` unit's cached objects: (main, others). A split unit's main object is its fat
+    binary's and a side file names its host object; a whole one has no side file."""
+    main = cache.existing(cache.obj_path(key))
+    side = cache.existing(cache.obj_path(key).with_suffix(".host"))
+    if not side.exists():
+        return main, []
+    host = cache.existing(cache.obj_path(side.read_text().strip()))
+    return main, [host]
+
+
 def _soname(lib: Path) -> str:
     """``lib``'s DT_SONAME (via readelf, part of the binutils every GNU-style link needs), else
     its file name (which is what the loader would look for anyway)."""
@@ -363,6 +485,81 @@ def _unit_cmd(
     return [flags.cxx, *flags.kernel_cflags, *inc, "-c", str(u.src), "-o", str(out)]
 
 
+def _compile_split(
+    u: Unit,
+    flags: Flags,
+    wrapper: nvcc_split.Wrapper,
+    src_dir: Path,
+    scratch: Path,
+    uid: int | None,
+    limits: Limits,
+    deadline: float,
+    cache: ObjectCache,
+) -> bool:
+    """Compile the ``.cu`` unit ``u`` as nvcc's steps in two chains (:mod:`nvcc_split`), each
+    confined like nvcc whole; sets ``u``'s outcome and caches its objects. False (nothing done)
+    when nvcc's steps are not in the shape the split needs: compile it whole then."""
+    assert flags.nvcc is not None and u.obj is not None
+    env = _compiler_env(scratch)
+    inc = [f"-I{src_dir}", f"-I{src_dir / 'kernels'}"]
+    p, why = nvcc_split.plan(
+        flags.nvcc, [*flags.cuda_cflags, *inc], u.src, scratch, u.rel, wrapper, env
+    )
+    if p is None:
+        u.nvcc = f"whole ({why})"
+        return False
+    _write_new(p.module_id, p.module_id_text)
+    _write_new(p.fatbin_c, p.wrapper_text)
+    _write_new(p.data_asm, p.data_asm_text)
+    env = {**env, **p.env}
+    u.nvcc = "split"
+
+    def confined(steps: list[list[str]]) -> Outcome:
+        lim = Limits(**{**limits.__dict__, "timeout_s": max(0.1, deadline - time.monotonic())})
+        return run_confined(
+            nvcc_split.script(steps), cwd=src_dir, env=env, limits=lim, writable=[scratch], uid=uid
+        )
+
+    # cicc writes the stub the host compile includes (kernel registration): the host object's
+    # key is known once both chains are done
+    with ThreadPoolExecutor(max_workers=1) as ex:
+        device = ex.submit(confined, p.device_steps)
+        outs = [confined(p.host_steps)]
+        dev = device.result()
+    host_obj: Path | None = None
+    if outs[0].returncode == 0 and dev.returncode == 0:
+        # None only for an unreadable or huge output: cached under this unit alone then
+        hk = nvcc_split.host_key(p, flags.key) or _sha(u.key, "host")
+        cached = cache.existing(cache.obj_path(hk))
+        if cached.exists():
+            host_obj, u.nvcc = cached, "split (host cached)"
+        else:
+            outs.append(confined([p.host_compile]))
+            if outs[-1].returncode == 0 and p.host_obj.exists():
+                host_obj = cache.obj_path(hk)
+                cache.put(p.host_obj, host_obj)
+    failed = next((o for o in outs if o.returncode != 0), None)
+    if failed is None and dev.returncode != 0:
+        failed = dev
+    logs = [o.stdout + o.stderr for o in (*outs, dev) if failed is None or o is failed]
+    u.log = "".join(logs).strip()
+    if failed is not None or host_obj is None or not p.data_obj.exists():
+        u.ok = False
+        bad = failed or dev
+        u.timed_out = bad.timed_out
+        if bad.killed_for:
+            u.log += f"\n[{bad.describe()}]"
+        return True
+    side = cache.obj_path(u.key).with_suffix(".host")
+    side.parent.mkdir(parents=True, exist_ok=True)
+    tmp = side.with_name(f".{side.name}.{uuid.uuid4().hex[:8]}")
+    tmp.write_text(hk)
+    os.replace(tmp, side)
+    cache.put(p.data_obj, u.obj)
+    u.parts = [host_obj]
+    return True
+
+
 def build_workdir(
     src_dir: str | os.PathLike[str],
     out_dir: str | os.PathLike[str],
@@ -400,6 +597,7 @@ def build_workdir(
         )
     flags = flags_for(backend)
     deps = _deps_digest(src)
+    split = backend == "cuda" and split_enabled()
     standin_key = _sha(*(f.read_bytes() for f in sorted(STANDIN.rglob("*.h"))))
     for u in units:
         text = u.src.read_bytes()
@@ -413,9 +611,13 @@ def build_workdir(
             text,
             deps if u.kind != "cuda" else _sha(deps, "cu"),
             standin_key if u.kind == "binding" else "",
+            "split" if u.kind == "cuda" and split else "",
         )
-        u.obj = cache.existing(cache.obj_path(u.key))
-        u.cached = u.obj.exists()
+        if u.kind == "cuda":
+            u.obj, u.parts = _split_parts(cache, u.key)
+        else:
+            u.obj = cache.existing(cache.obj_path(u.key))
+        u.cached = u.obj.exists() and all(p.exists() for p in u.parts)
     notes: list[str] = []
     pch_dir: Path | None = None
     pch_state = "unused (bindings cached)" if pch else "off"
@@ -423,6 +625,12 @@ def build_workdir(
         pch_dir, note = ensure_pch(cache, flags, base)
         notes.append(note)
         pch_state = "on" if pch_dir else "failed"
+    wrapper: nvcc_split.Wrapper | None = None
+    if split and any(u.kind == "cuda" and not u.cached for u in units):
+        wrapper, why = ensure_split_wrapper(cache, flags)
+        if wrapper is None:
+            for u in units:
+                u.nvcc = f"whole ({why})" if u.kind == "cuda" else ""
     deadline = t0 + timeout_s
 
     ran_as: set[str] = set()  # who the compilers and the linker ran as (_who)
@@ -444,6 +652,12 @@ def build_workdir(
             if standin and u.frontend:  # it would fail against the stand-in: skip that attempt
                 standin, u.headers = False, "real (C++ frontend)"
             t = time.monotonic()
+            if u.kind == "cuda" and wrapper is not None:
+                if _compile_split(u, flags, wrapper, src, scratch, uid, lim0, deadline, cache):
+                    u.seconds = time.monotonic() - t
+                    return
+            elif u.kind == "cuda" and not u.nvcc:
+                u.nvcc = "whole"
             while True:
                 cmd = _unit_cmd(u, flags, tmp, src, pch_dir, standin)
                 left = deadline - time.monotonic()
@@ -522,6 +736,7 @@ def build_workdir(
             "seconds": round(u.seconds, 3),
             "ok": u.ok,
             **({"headers": u.headers} if u.headers else {}),
+            **({"nvcc": u.nvcc} if u.nvcc else {}),
         }
         for u in units
     ]
@@ -556,7 +771,7 @@ def build_workdir(
         tl = time.monotonic()
         # binding.cpp first: of the inline pybind11 code every object carries, the linker keeps
         # the first copy, i.e. its -O1 one (see toolchain.flags_for)
-        objs = [str(u.obj) for u in units]
+        objs = [str(o) for u in units for o in (u.obj, *u.parts)]
         stubs = ensure_link_stubs(cache, flags)
         # searched first: -l of torch's libraries finds the stand-ins
         search = [f"-L{stubs}"] if stubs else []

@@ -77,20 +77,23 @@ def tools_cache_dir(
 
 def prepare_trusted_cache(backend: str, config: SandboxConfig | None = None) -> str:
     """Build what agent tools read from the trusted cache but never build themselves: the
-    precompiled prelude of the cuda backend (once per cache and toolchain; about 20 s and 0.5 GB).
+    precompiled prelude of the cuda backend (once per cache and toolchain; about 20 s and 0.5 GB)
+    and the fat-binary wrapper of split ``.cu`` compiles (a few seconds, once).
     Called where workspaces are made (``SandboxEnv``, ``sandbox workspace``); returns a note.
     ``config``: the evaluation's :class:`SandboxConfig` (whose cache the tools read)."""
     if backend != "cuda":
         return "pch: not used on the cpu backend"
-    from .build import build_cache, ensure_pch
+    from .build import build_cache, ensure_pch, ensure_split_wrapper, split_enabled
     from .toolchain import flags_for
 
     flags = flags_for("cuda")
     if flags.nvcc is None:
         return "pch: no nvcc"
-    _, note = ensure_pch(
-        build_cache(trusted_cache_root(config)), flags, Limits(timeout_s=600.0, drop_user=False)
-    )
+    cache = build_cache(trusted_cache_root(config))
+    _, note = ensure_pch(cache, flags, Limits(timeout_s=600.0, drop_user=False))
+    if split_enabled():
+        wrapper, why = ensure_split_wrapper(cache, flags)
+        note += "; nvcc split: " + ("ready" if wrapper else f"off ({why})")
     return note
 
 

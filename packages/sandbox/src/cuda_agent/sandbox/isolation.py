@@ -25,6 +25,7 @@ import fcntl
 import functools
 import json
 import os
+import select
 import signal
 import stat
 import subprocess
@@ -371,6 +372,33 @@ def kill_uid(uid: int) -> None:
         )
 
 
+class _ExitWaiter:
+    """Waits for ``proc`` to exit, woken by the exit itself through a pidfd where the kernel has
+    them (``Popen.wait`` with a timeout polls with sleeps of up to 50 ms, a delay every confined
+    process would add)."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        try:
+            self.fd: int | None = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):
+            self.fd = None
+
+    def __call__(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds; True once the process has exited."""
+        if self.fd is not None:
+            select.select([self.fd], [], [], timeout)
+        else:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=timeout)
+        return self.proc.poll() is not None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 def run_confined(
     cmd: list[str],
     *,
@@ -484,12 +512,10 @@ def run_confined(
         threading.Thread(target=feed, daemon=True).start()
     deadline = t0 + limits.timeout_s
     next_mem = t0
+    exited = _ExitWaiter(proc)
     while True:
-        try:
-            proc.wait(timeout=0.1)
+        if exited(0.1):
             break
-        except subprocess.TimeoutExpired:
-            pass
         now = time.monotonic()
         if now >= deadline + (extend() if extend is not None else 0.0):
             killed_for = "timeout"
@@ -512,6 +538,7 @@ def run_confined(
     with contextlib.suppress(ProcessLookupError):
         proc.kill()
     rc = proc.wait()
+    exited.close()
     kill_marked(run_mark)
     for r in readers:
         r.join(timeout=5)
