@@ -19,6 +19,7 @@ from cuda_agent.sandbox.build import (
     build_workdir,
     ensure_split_wrapper,
 )
+from cuda_agent.sandbox.isolation import Limits, caps
 from cuda_agent.sandbox.toolchain import flags_for
 
 needs_nvcc = pytest.mark.skipif(
@@ -185,3 +186,27 @@ def test_two_architectures_are_compiled_whole(tmp_path, split_cache):
     p, why = nvcc_split.plan(flags.nvcc, list(flags.cuda_cflags), tmp_path / 'a"b.cu', tmp_path,
                              "k.cu", w, env)  # fmt: skip
     assert p is None and "quote" in why
+
+
+@needs_nvcc
+@pytest.mark.skipif(
+    not caps().drop_user, reason="runs as root with a uid to drop to (e.g. the GPU host)"
+)
+def test_split_build_as_an_unprivileged_uid(confined_tmp):
+    """As the evaluation builds (root, compilers as a leased uid, whose every process a confined
+    run's sweep kills): the two chains share one run, cold and after a kernel-body edit."""
+    cache = ObjectCache(confined_tmp / "cache")
+    for name, cu, want in (
+        ("cold", KERNEL, "split"),
+        ("edit", KERNEL.replace("x[i] * s + 1.0f", "x[i] * s - 1.0f"), "split (host cached)"),
+    ):
+        d = _workdir(confined_tmp, name, cu)
+        for p in (d, *d.rglob("*")):
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        res = build_workdir(
+            d, d / "build", backend="cuda", cache=cache, jobs=2, limits=Limits(timeout_s=600)
+        )
+        units = {u["file"]: u for u in res.units}
+        assert res.ok, res.log[-3000:]
+        assert units["kernels/k.cu"]["nvcc"] == want
+        assert "leased" in res.compilers_as

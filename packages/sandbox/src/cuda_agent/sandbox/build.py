@@ -496,9 +496,9 @@ def _compile_split(
     deadline: float,
     cache: ObjectCache,
 ) -> bool:
-    """Compile the ``.cu`` unit ``u`` as nvcc's steps in two chains (:mod:`nvcc_split`), each
-    confined like nvcc whole; sets ``u``'s outcome and caches its objects. False (nothing done)
-    when nvcc's steps are not in the shape the split needs: compile it whole then."""
+    """Compile the ``.cu`` unit ``u`` as nvcc's steps in two chains (:mod:`nvcc_split`), confined
+    like nvcc whole; sets ``u``'s outcome and caches its objects. False (nothing done) when
+    nvcc's steps are not in the shape the split needs: compile it whole then."""
     assert flags.nvcc is not None and u.obj is not None
     env = _compiler_env(scratch)
     inc = [f"-I{src_dir}", f"-I{src_dir / 'kernels'}"]
@@ -514,41 +514,48 @@ def _compile_split(
     env = {**env, **p.env}
     u.nvcc = "split"
 
-    def confined(steps: list[list[str]]) -> Outcome:
+    def confined(cmd: list[str]) -> Outcome:
         lim = Limits(**{**limits.__dict__, "timeout_s": max(0.1, deadline - time.monotonic())})
-        return run_confined(
-            nvcc_split.script(steps), cwd=src_dir, env=env, limits=lim, writable=[scratch], uid=uid
-        )
+        return run_confined(cmd, cwd=src_dir, env=env, limits=lim, writable=[scratch], uid=uid)
 
-    # cicc writes the stub the host compile includes (kernel registration): the host object's
-    # key is known once both chains are done
-    with ThreadPoolExecutor(max_workers=1) as ex:
-        device = ex.submit(confined, p.device_steps)
-        outs = [confined(p.host_steps)]
-        dev = device.result()
+    # both chains in one confined run: its sweep kills every process of the uid, so two runs
+    # of one uid cannot overlap. cicc writes the stub the host compile includes (the kernels'
+    # registration): the host object's key is known once both chains are done
+    host_log, dev_log = scratch / "host-chain.log", scratch / "device-chain.log"
+    both = confined(nvcc_split.both_chains(p, host_log, dev_log))
+    rc = both.returncode
+    host_ok = rc is not None and rc & 1 == 0
+    dev_ok = rc is not None and rc & 2 == 0
+    logs = [nvcc_split.read_log(host_log)] if not host_ok or rc == 0 else []
+    if host_ok and not dev_ok:
+        logs.append(nvcc_split.read_log(dev_log))  # as nvcc whole: the first failing step's
+    elif rc == 0:
+        logs.append(nvcc_split.read_log(dev_log))
+    logs.append(both.stdout + both.stderr)
     host_obj: Path | None = None
-    if outs[0].returncode == 0 and dev.returncode == 0:
+    hk = ""
+    failed: Outcome | None = both if rc != 0 else None
+    if rc == 0:
         # None only for an unreadable or huge output: cached under this unit alone then
         hk = nvcc_split.host_key(p, flags.key) or _sha(u.key, "host")
         cached = cache.existing(cache.obj_path(hk))
         if cached.exists():
             host_obj, u.nvcc = cached, "split (host cached)"
         else:
-            outs.append(confined([p.host_compile]))
-            if outs[-1].returncode == 0 and p.host_obj.exists():
+            hc = confined(nvcc_split.script([p.host_compile]))
+            logs.append(hc.stdout + hc.stderr)
+            if hc.returncode == 0 and p.host_obj.exists():
                 host_obj = cache.obj_path(hk)
                 cache.put(p.host_obj, host_obj)
-    failed = next((o for o in outs if o.returncode != 0), None)
-    if failed is None and dev.returncode != 0:
-        failed = dev
-    logs = [o.stdout + o.stderr for o in (*outs, dev) if failed is None or o is failed]
+            else:
+                failed = hc
     u.log = "".join(logs).strip()
     if failed is not None or host_obj is None or not p.data_obj.exists():
         u.ok = False
-        bad = failed or dev
-        u.timed_out = bad.timed_out
-        if bad.killed_for:
-            u.log += f"\n[{bad.describe()}]"
+        if failed is not None:
+            u.timed_out = failed.timed_out
+            if failed.killed_for:
+                u.log += f"\n[{failed.describe()}]"
         return True
     side = cache.obj_path(u.key).with_suffix(".host")
     side.parent.mkdir(parents=True, exist_ok=True)

@@ -208,6 +208,47 @@ def script(steps: list[list[str]]) -> list[str]:
     return ["/bin/sh", "-c", "set -e\n" + "\n".join(shlex.join(s) for s in steps)]
 
 
+def both_chains(p: SplitPlan, host_log: Path, device_log: Path) -> list[str]:
+    """One ``sh`` command running the host and the device chain at once, each stopping at its
+    first failing step, their output in ``host_log`` and ``device_log``. Exit status: 1 if the
+    host chain failed, plus 2 if the device chain did. (One process tree: a confined run's
+    sweep kills every process of its uid, so two confined runs of one uid cannot overlap.)"""
+
+    def chain(steps: list[list[str]], log: Path) -> str:
+        body = " && ".join(shlex.join(s) for s in steps)
+        return f"( {body} ) > {shlex.quote(str(log))} 2>&1 &"
+
+    return [
+        "/bin/sh",
+        "-c",
+        "\n".join(
+            [
+                chain(p.host_steps, host_log),
+                "h=$!",
+                chain(p.device_steps, device_log),
+                "d=$!",
+                "wait $h; hr=$?",
+                "wait $d; dr=$?",
+                "exit $(( (hr != 0) + 2 * (dr != 0) ))",
+            ]
+        ),
+    ]
+
+
+def read_log(path: Path, cap: int = 1 << 20) -> str:
+    """The tail (``cap`` bytes) of a log a confined chain wrote; never read through a link."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return ""
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return ""
+        size = os.fstat(f.fileno()).st_size
+        f.seek(max(0, size - cap))
+        return f.read().decode(errors="replace")
+
+
 def derive_wrapper(fatbin_c_text: str) -> Wrapper | None:
     """nvcc's embedded fat-binary file turned into a wrapper of an external symbol
     (:data:`SYMBOL_SLOT`): its ``asm`` block of bytes removed and its array declaration made
