@@ -48,7 +48,7 @@ sec_ppo-ds() {  # PPO on DeepSpeed ZeRO-2 and ZeRO-3, one rank: steps, resume re
 }
 sec_sandbox-ab() {  # one fused task, workdir + kernelbench candidates (strict guards); compile times
   # with the faster linker on cuda too: section A passing is what makes it the default there
-  CUDA_AGENT_LINKER=${CUDA_AGENT_LINKER:-fast} SECTIONS=A,B python3 packages/sandbox/benchmarks/gpu_check.py "$1" "$(( $2 - 10 ))"
+  CUDA_AGENT_LINKER=${CUDA_AGENT_LINKER:-fast} SECTIONS=${AB_SECTIONS:-A,B} python3 packages/sandbox/benchmarks/gpu_check.py "$1" "$(( $2 - 10 ))"
 }
 sec_sandbox-b() {  # compile times only (section B), with the load_inline comparison
   SECTIONS=B python3 packages/sandbox/benchmarks/gpu_check.py "$1" "$(( $2 - 10 ))"
