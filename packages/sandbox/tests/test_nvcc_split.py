@@ -44,17 +44,19 @@ extern "C" cudaError_t scale_launch(float* x, float s, int n, cudaStream_t st) {
 """
 
 
-def _workdir(root: Path, name: str, cu: str) -> Path:
+def _workdir(root: Path, name: str, cu: str, **files: str) -> Path:
     d = root / name
     (d / "kernels").mkdir(parents=True)
     for f in ("binding.cpp", "binding_registry.h"):
         shutil.copy(TEMPLATE / f, d / f)
     (d / "kernels" / "k.cu").write_text(cu)
+    for rel, text in files.items():
+        (d / "kernels" / rel).write_text(text)
     return d
 
 
-def _build(root: Path, cache: ObjectCache, name: str, cu: str):
-    d = _workdir(root, name, cu)
+def _build(root: Path, cache: ObjectCache, name: str, cu: str, **files: str):
+    d = _workdir(root, name, cu, **files)
     res = build_workdir(d, d / "build", backend="cuda", cache=cache, jobs=2, timeout_s=600)
     return res, {u["file"]: u for u in res.units}
 
@@ -131,6 +133,9 @@ def test_split_build_gives_nvcc_whole_fat_binary_and_reuses_host_object(
     res2, units2 = _build(tmp_path, split_cache, "b", body)
     assert res2.ok, res2.log
     assert units2["kernels/k.cu"]["nvcc"] == "split (host cached)"
+    # a header of the solution's (which the host compile could pick up): never a shared object
+    res4, units4 = _build(tmp_path, split_cache, "h", body, **{"fatbinary_section.h": "// x\n"})
+    assert units4["kernels/k.cu"]["nvcc"] == "split", res4.log
     launcher = KERNEL.replace("fill<3><<<1, 32", "fill<4><<<1, 32")
     res3, units3 = _build(tmp_path, split_cache, "c", launcher)
     assert res3.ok and units3["kernels/k.cu"]["nvcc"] == "split"

@@ -495,10 +495,14 @@ def _compile_split(
     limits: Limits,
     deadline: float,
     cache: ObjectCache,
+    deps: str,
 ) -> bool:
     """Compile the ``.cu`` unit ``u`` as nvcc's steps in two chains (:mod:`nvcc_split`), confined
     like nvcc whole; sets ``u``'s outcome and caches its objects. False (nothing done) when
-    nvcc's steps are not in the shape the split needs: compile it whole then."""
+    nvcc's steps are not in the shape the split needs: compile it whole then. ``deps``: the
+    digest of the solution's headers, part of the host object's key (the host compile searches
+    the solution's directories too: a header there named like one of the toolkit's would be
+    compiled in)."""
     assert flags.nvcc is not None and u.obj is not None
     env = _compiler_env(scratch)
     inc = [f"-I{src_dir}", f"-I{src_dir / 'kernels'}"]
@@ -508,9 +512,13 @@ def _compile_split(
     if p is None:
         u.nvcc = f"whole ({why})"
         return False
-    _write_new(p.module_id, p.module_id_text)
-    _write_new(p.fatbin_c, p.wrapper_text)
-    _write_new(p.data_asm, p.data_asm_text)
+    try:
+        _write_new(p.module_id, p.module_id_text)
+        _write_new(p.fatbin_c, p.wrapper_text)
+        _write_new(p.data_asm, p.data_asm_text)
+    except OSError as e:
+        u.nvcc = f"whole (could not write the split's files: {e})"
+        return False
     env = {**env, **p.env}
     u.nvcc = "split"
 
@@ -537,7 +545,7 @@ def _compile_split(
     failed: Outcome | None = both if rc != 0 else None
     if rc == 0:
         # None only for an unreadable or huge output: cached under this unit alone then
-        hk = nvcc_split.host_key(p, flags.key) or _sha(u.key, "host")
+        hk = nvcc_split.host_key(p, _sha(flags.key, deps)) or _sha(u.key, "host")
         cached = cache.existing(cache.obj_path(hk))
         if cached.exists():
             host_obj, u.nvcc = cached, "split (host cached)"
@@ -660,7 +668,9 @@ def build_workdir(
                 standin, u.headers = False, "real (C++ frontend)"
             t = time.monotonic()
             if u.kind == "cuda" and wrapper is not None:
-                if _compile_split(u, flags, wrapper, src, scratch, uid, lim0, deadline, cache):
+                if _compile_split(
+                    u, flags, wrapper, src, scratch, uid, lim0, deadline, cache, deps
+                ):
                     u.seconds = time.monotonic() - t
                     return
             elif u.kind == "cuda" and not u.nvcc:
