@@ -171,7 +171,9 @@ def plan(
         return None, "cicc does not read cudafe++'s module id"
     fatbin_c = Path(embedded[0].split("=", 1)[1])
     fatbin = fatbin_c.with_suffix("")  # x.fatbin.c -> x.fatbin
-    stub_path = Path(stub) if Path(stub).is_absolute() else Path(gen_c).parent / stub
+    # cicc writes the stub (cudafe++'s --stub_file_name is only the name it includes)
+    written = value(cicc, "--stub_file_name") or stub
+    stub_path = Path(written) if Path(written).is_absolute() else Path(gen_c).parent / written
     cudafe = [a for a in cudafe if a != "--gen_module_id_file"]
     fatbinary = [a for a in fatbinary if a not in embedded] + [f"--create={fatbin}"]
     symbol = unit_symbol(rel)
