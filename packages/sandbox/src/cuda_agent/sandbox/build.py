@@ -245,9 +245,12 @@ def ensure_split_wrapper(cache: ObjectCache, flags: Flags) -> tuple[nvcc_split.W
     d = cache.root / "nvcc-split"
     rec = cache.existing(d / f"{flags.key}.json")
     if rec.exists():
-        data = json.loads(rec.read_text())
-        w = data.get("wrapper")
-        return (nvcc_split.Wrapper(**w) if w else None), data.get("why", "")
+        try:
+            data = json.loads(rec.read_text())
+            w = data.get("wrapper")
+            return (nvcc_split.Wrapper(**w) if w else None), data.get("why", "")
+        except (OSError, ValueError, TypeError) as e:
+            return None, f"unreadable split record {rec}: {e}"
     if cache.read_also is not None:  # a tools cache: the trusted one derives it
         return None, "no split wrapper in the trusted cache"
     assert flags.nvcc is not None
@@ -315,7 +318,8 @@ def ensure_split_wrapper(cache: ObjectCache, flags: Flags) -> tuple[nvcc_split.W
                 if why:
                     wrapper = None
         except (OSError, subprocess.TimeoutExpired) as e:
-            wrapper, why = None, f"probe failed: {e}"
+            # perhaps passing (a full disk, a machine too busy): not recorded, tried next build
+            return None, f"probe failed: {e}"
         finally:
             shutil.rmtree(work, ignore_errors=True)
         tmp = d / f".{flags.key}.{uuid.uuid4().hex[:8]}"
