@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -122,6 +123,10 @@ def test_workspace_and_flags_commands(tmp_path, scale_add_task):
     assert r.returncode == 0, r.stderr
     f = json.loads(r.stdout)
     assert f["backend"] == "cpu" and len(f["key"]) == 16 and f["tool_versions"]["cxx"]
+    assert "nvcc_split" not in f
+    r = _cli("flags", "--backend", "cuda", env={**os.environ, "CUDA_AGENT_NVCC_SPLIT": "0"})
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["nvcc_split"] == "off (CUDA_AGENT_NVCC_SPLIT=0)"
     # a backend name that is not one is a usage error, not another backend's flags or 'auto'
     for cmd in (("flags",), ("workspace", str(tasks), str(tmp_path / "ws3"))):
         r = _cli(*cmd, "--backend", "gpu")

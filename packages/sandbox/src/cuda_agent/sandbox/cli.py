@@ -390,7 +390,13 @@ def flags_cmd(
         "cxx": tool_version(cxx()),
         "nvcc": tool_version(nvcc() or "") if backend == "cuda" else "",
     }
-    print(json.dumps({**dataclasses.asdict(f), "tool_versions": tools}, indent=1))
+    extra: dict[str, object] = {}
+    if backend == "cuda":
+        from .build import SPLIT_ENV, split_enabled
+
+        # whether .cu files compile as nvcc's steps in two chains (part of their objects' keys)
+        extra["nvcc_split"] = "on" if split_enabled() else f"off ({SPLIT_ENV}=0)"
+    print(json.dumps({**dataclasses.asdict(f), "tool_versions": tools, **extra}, indent=1))
 
 
 if __name__ == "__main__":
