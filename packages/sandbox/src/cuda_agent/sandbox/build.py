@@ -292,9 +292,7 @@ def ensure_split_wrapper(cache: ObjectCache, flags: Flags) -> tuple[nvcc_split.W
                     env,
                 )
                 if p is not None:
-                    _write_new(p.module_id, p.module_id_text)
-                    _write_new(p.fatbin_c, p.wrapper_text)
-                    _write_new(p.data_asm, p.data_asm_text)
+                    _write_split_inputs(p)
                     steps = [*p.host_steps, *p.device_steps, p.host_compile]
                     res = subprocess.run(
                         nvcc_split.script(steps),
@@ -328,11 +326,18 @@ def ensure_split_wrapper(cache: ObjectCache, flags: Flags) -> tuple[nvcc_split.W
         return wrapper, why
 
 
-def _write_new(path: Path, text: str) -> None:
-    """Create ``path`` (never through a link, never over an existing file) with ``text``."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
+def _write_split_inputs(p: nvcc_split.SplitPlan) -> None:
+    """Create the files a split compile reads besides the source (module id, fat-binary wrapper,
+    assembler file), never through a link nor over an existing file: the directory is the
+    compiler uid's."""
+    for path, text in (
+        (p.module_id, p.module_id_text),
+        (p.fatbin_c, p.wrapper_text),
+        (p.data_asm, p.data_asm_text),
+    ):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
 
 
 def _split_parts(cache: ObjectCache, key: str) -> tuple[Path, list[Path]]:
@@ -517,9 +522,7 @@ def _compile_split(
         u.nvcc = f"whole ({why})"
         return False
     try:
-        _write_new(p.module_id, p.module_id_text)
-        _write_new(p.fatbin_c, p.wrapper_text)
-        _write_new(p.data_asm, p.data_asm_text)
+        _write_split_inputs(p)
     except OSError as e:
         u.nvcc = f"whole (could not write the split's files: {e})"
         return False
@@ -536,13 +539,12 @@ def _compile_split(
     host_log, dev_log = scratch / "host-chain.log", scratch / "device-chain.log"
     both = confined(nvcc_split.both_chains(p, host_log, dev_log))
     rc = both.returncode
-    host_ok = rc is not None and rc & 1 == 0
-    dev_ok = rc is not None and rc & 2 == 0
-    logs = [nvcc_split.read_log(host_log)] if not host_ok or rc == 0 else []
-    if host_ok and not dev_ok:
-        logs.append(nvcc_split.read_log(dev_log))  # as nvcc whole: the first failing step's
-    elif rc == 0:
-        logs.append(nvcc_split.read_log(dev_log))
+    if rc == 0:  # both logs (warnings)
+        logs = [nvcc_split.read_log(host_log), nvcc_split.read_log(dev_log)]
+    elif rc is None or rc & 1:  # as nvcc whole: the first failing step's log alone
+        logs = [nvcc_split.read_log(host_log)]
+    else:
+        logs = [nvcc_split.read_log(dev_log)]
     logs.append(both.stdout + both.stderr)
     host_obj: Path | None = None
     hk = ""
@@ -649,7 +651,8 @@ def build_workdir(
         wrapper, why = ensure_split_wrapper(cache, flags)
         if wrapper is None:
             for u in units:
-                u.nvcc = f"whole ({why})" if u.kind == "cuda" else ""
+                if u.kind == "cuda":
+                    u.nvcc = f"whole ({why})"
     deadline = t0 + timeout_s
 
     ran_as: set[str] = set()  # who the compilers and the linker ran as (_who)

@@ -375,19 +375,21 @@ def kill_uid(uid: int) -> None:
 class _ExitWaiter:
     """Waits for ``proc`` to exit, woken by the exit itself through a pidfd where the kernel has
     them (``Popen.wait`` with a timeout polls with sleeps of up to 50 ms, a delay every confined
-    process would add)."""
+    process would add). ``poll``, not ``select``: a long-lived pool's descriptors pass 1024."""
 
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc
+        self.poller = select.poll()
         try:
             self.fd: int | None = os.pidfd_open(proc.pid)
+            self.poller.register(self.fd, select.POLLIN)
         except (AttributeError, OSError):
             self.fd = None
 
     def __call__(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds; True once the process has exited."""
         if self.fd is not None:
-            select.select([self.fd], [], [], timeout)
+            self.poller.poll(timeout * 1000)
         else:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=timeout)

@@ -237,18 +237,27 @@ def both_chains(p: SplitPlan, host_log: Path, device_log: Path) -> list[str]:
     ]
 
 
-def read_log(path: Path, cap: int = 1 << 20) -> str:
-    """The tail (``cap`` bytes) of a log a confined chain wrote; never read through a link."""
+def _read_regular(
+    path: Path, tail: int | None = None, max_bytes: int | None = None
+) -> bytes | None:
+    """A file a confined process wrote, or None if it is missing, not a regular file (never
+    followed through a link) or larger than ``max_bytes``; ``tail``: only its last bytes."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
-        return ""
+        return None
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return ""
-        size = os.fstat(f.fileno()).st_size
-        f.seek(max(0, size - cap))
-        return f.read().decode(errors="replace")
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or (max_bytes is not None and st.st_size > max_bytes):
+            return None
+        if tail is not None:
+            f.seek(max(0, st.st_size - tail))
+        return f.read()
+
+
+def read_log(path: Path, cap: int = 1 << 20) -> str:
+    """The tail (``cap`` bytes) of a log a confined chain wrote; never read through a link."""
+    return (_read_regular(path, tail=cap) or b"").decode(errors="replace")
 
 
 def derive_wrapper(fatbin_c_text: str) -> Wrapper | None:
@@ -280,15 +289,9 @@ def host_key(p: SplitPlan, toolchain_key: str, max_bytes: int = 256 << 20) -> st
     regular file (never followed through a link), or larger than ``max_bytes``."""
     h = hashlib.sha256(toolchain_key.encode() + b"\0" + p.wrapper_text.encode() + b"\0")
     for path in (p.cudafe_cpp, p.stub_c):
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
+        text = _read_regular(path, max_bytes=max_bytes)
+        if text is None:
             return None
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_size > max_bytes:
-                return None
-            text = f.read()
         skipping = False
         for line in text.split(b"\n"):
             if skipping:
