@@ -7,6 +7,7 @@
 #   LANE0="opsynth sandbox-d1" LANE1="train-all" bash bin/gpu-check.sh                # two GPUs
 #   LANE0="sandbox-d2 ppo-multi" bash bin/gpu-check.sh                                 # two GPUs
 #   LANE0="gen-probe sandbox-wpg" bash bin/gpu-check.sh                                # one GPU
+#   D_N=18 LANE0="sandbox-warm" bash bin/gpu-check.sh          # throughput, warm runner processes vs cold
 #   OPSYNTH_FROM=.gpu-data/opsynth-run RESUME=1 LANE0="opsynth" bash bin/gpu-check.sh  # continue a run
 #   TESTS="packages/profiler/tests/test_gpu.py" LANE0="tests sandbox-ab" bash bin/gpu-check.sh  # pytest files, then A+B
 #   B_ONLY_INLINE=1 B_INLINE_ROUNDS=3 LANE0="sandbox-b" bash bin/gpu-check.sh          # cold load_inline pairs
@@ -67,6 +68,16 @@ sec_sandbox-wpg() {  # the same batch with 1 and with 2 device workers on one GP
   mkdir -p "$1/w1" "$1/w2"
   SECTIONS=D D_N=${D_N:-20} D_TAG=W1 D_WPG=1 python3 packages/sandbox/benchmarks/gpu_check.py "$1/w1" "$half"
   SECTIONS=D D_N=${D_N:-20} D_TAG=W2 D_WPG=2 python3 packages/sandbox/benchmarks/gpu_check.py "$1/w2" "$half"
+}
+sec_sandbox-warm() {  # the same batch with runner processes started ahead (2) and cold (0), one GPU;
+  # each with a fresh cache of its own (prelude, builds, baselines), so neither inherits the other's
+  local half=$(( ($2 - 20) / 2 ))
+  mkdir -p "$1/warm" "$1/cold"
+  local c=/tmp/warm-ab-cache-$$
+  CUDA_AGENT_SANDBOX_CACHE=$c-warm SECTIONS=D D_N=${D_N:-20} D_TAG=WARM D_WARM=2 D_GPUS=0 \
+    python3 packages/sandbox/benchmarks/gpu_check.py "$1/warm" "$half"
+  CUDA_AGENT_SANDBOX_CACHE=$c-cold SECTIONS=D D_N=${D_N:-20} D_TAG=COLD D_WARM=0 D_GPUS=0 \
+    python3 packages/sandbox/benchmarks/gpu_check.py "$1/cold" "$half"
 }
 sec_gen-probe() {  # why the first generate calls of a process are slow on the GPU (docs/benchmarks-ppo.md)
   local v

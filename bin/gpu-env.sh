@@ -3,8 +3,10 @@
 # on PATH, so bin/train_all.sh and the package CLIs run as they do under `uv run`.
 #   . bin/gpu-env.sh
 if ! python3 -c "import msgspec, deepspeed" >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl .whl/rft/*.whl >/dev/null 2>&1 || echo "gpu-env: wheel install failed" >&2
+  # only the wheel folders that are there (a sandbox-only run carries msgspec alone)
+  _wheels=$(ls .whl/*.whl .whl/rft/*.whl 2>/dev/null)
+  [ -n "$_wheels" ] && { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site $_wheels >/dev/null 2>&1 || echo "gpu-env: wheel install failed" >&2; }
 fi
 export PYTHONPATH=/tmp/site:$(ls -d "$PWD"/packages/*/src | tr '\n' ':')${PYTHONPATH:-}
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false

@@ -506,6 +506,8 @@ def section_d() -> None:
     extra = ["--compile-jobs", "4", "--workers-per-gpu", str(wpg)]
     if os.environ.get("D_GPUS"):  # e.g. "all" or "0,1": D_WPG device workers per GPU
         extra += ["--gpus", os.environ["D_GPUS"]]
+    warm = os.environ.get("D_WARM", "2")  # runner processes started ahead, per environment
+    extra += ["--warm-processes", warm]
     rows = run_eval(tag, cands, extra, left() - 10)
     wall = time.monotonic() - t
     stages: dict[str, float] = {}
@@ -515,6 +517,8 @@ def section_d() -> None:
     REPORT[tag] = {
         "gpus": os.environ.get("D_GPUS") or "default (first visible)",
         "workers_per_gpu": wpg,
+        "warm_processes": int(warm),
+        "warm_phases": sum(len((r.get("meta") or {}).get("warm_phases") or []) for r in rows),
         "overlapped": sum(1 for r in rows if (r.get("meta") or {}).get("overlapped")),
         "rerun_alone": [
             (r.get("meta") or {})["rerun_alone"]["why"]

@@ -138,6 +138,15 @@ def eval_cmd(
             "process while the outputs are compared (each waits after import torch).",
         ),
     ] = True,
+    warm_processes: Annotated[
+        int,
+        typer.Option(
+            "--warm-processes",
+            min=0,
+            help="Runner processes kept started ahead, per environment, that have already "
+            "imported torch (0: every phase starts cold).",
+        ),
+    ] = 2,
 ) -> None:
     """Evaluate candidates: ``sandbox eval < candidates.jsonl > results.jsonl``.
 
@@ -179,6 +188,7 @@ def eval_cmd(
         rerun_alone=rerun_alone,
         early_verify=early_start,
         early_time=early_start,
+        warm_processes=warm_processes,
     )
     try:  # a cache the sandbox's user cannot reach would fail every candidate: say so once
         cache_root(cfg)

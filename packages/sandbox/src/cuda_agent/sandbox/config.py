@@ -43,6 +43,9 @@ class SandboxConfig:
     # start the timing process when the verification process has ended well (it waits, after
     # `import torch`, while the parent compares the outputs; cancelled if they fail)
     early_time: bool = True
+    # runner processes started ahead of need, per environment (see warm.py; 0: each phase
+    # starts cold and imports torch on its own clock)
+    warm_processes: int = 2
     # guards
     guard_policy: str = "strict"  # strict | kernelbench | off
     # build

@@ -68,6 +68,7 @@ from .config import SandboxConfig, resolve_backend
 from .gate import DeviceGate, Occupant, device_gate, domain_of
 from .isolation import Limits, Outcome, cap_text, caps, prepare_writable, run_confined
 from .toolchain import default_cache_dir, device_capability, flags_for, torch_arch_list
+from .warm import RUNNER, shared_pool
 from .workspace import SolutionError, materialise
 
 LOG_TAIL = 8000
@@ -241,12 +242,16 @@ def _run_op(
     writable: list[Path],
     hidden: list[Path] | None = None,
     extend: Any = None,
+    warm: int = 0,
 ) -> tuple[Outcome, dict[str, Any]]:
-    """Run one runner op; returns the outcome and the op's report ({} when it wrote none)."""
+    """Run one runner op; returns the outcome and the op's report ({} when it wrote none).
+    ``warm``: spares per environment of the shared :class:`warm.WarmPool` (0: start cold)."""
     spec_path = spec_dir / f"{spec['op']}.spec.json"
     spec_path.write_text(json.dumps(spec))
     os.chmod(spec_path, 0o644)
-    cmd = [sys.executable, "-m", "cuda_agent.sandbox.runner", str(spec_path)]
+    cmd = [sys.executable, "-m", RUNNER, str(spec_path)]
+    pool = shared_pool(warm)
+    spare = pool.take(cmd, env) if pool is not None else None
     t_spawn = time.time()
     out = run_confined(
         cmd,
@@ -257,6 +262,7 @@ def _run_op(
         writable=writable,
         hidden=hidden or [],
         extend=extend,
+        warm=spare,
     )
     report: dict[str, Any] = {}
     with contextlib.suppress(OSError, json.JSONDecodeError):
@@ -265,6 +271,7 @@ def _run_op(
         # confinement set-up plus interpreter start, up to the runner's own import
         report["startup_s"] = round(float(report["t_import"]) - t_spawn, 4)
     report["t_spawn"] = t_spawn
+    report["warm"] = out.warm
     return out, report
 
 
@@ -283,6 +290,8 @@ def _record_phases(
     torch`` and its ``wait_*`` phase, or part of them). ``gate_wait``: seconds the parent left
     out of the stage while the process waited for the device (the timing stage). Informational
     only."""
+    if rep.get("warm"):
+        p.meta.setdefault("warm_phases", []).append(stage)
     phases = rep.get("phases_s")
     if not isinstance(phases, dict) or stage not in p.stages:
         return
@@ -522,8 +531,10 @@ def _prepare(p: Prepared, slot: int) -> None:
         limits=_limits(cfg, cfg.compile_timeout_s, p.backend),
         slot=slot,
         writable=[tmp, kb_cache, triton],
+        warm=cfg.warm_processes,
     )
     p.stages["compile"] = time.monotonic() - t
+    _record_phases(p, "compile", rep)
     builds = rep.get("builds", [])
     p.meta["build"] = {
         "kernelbench": [{k: v for k, v in b.items() if k != "error"} for b in builds]
@@ -960,6 +971,7 @@ def _reference_phase(
             limits=_limits(cfg, cfg.reference_timeout_s, p.backend, drop_user=False),
             slot=slot,
             writable=[private, shared],
+            warm=cfg.warm_processes,
         )
     p.stages["reference"] = time.monotonic() - t
     _record_phases(p, "reference", rep)
@@ -1035,7 +1047,15 @@ def _run_on_device(
     def confined(timeout_s: float, hidden: list[Path]) -> dict[str, Any]:
         # how every process that runs the candidate's code is confined
         lim = _limits(cfg, timeout_s, p.backend)
-        return dict(cwd=work, env=env, limits=lim, slot=slot, writable=cand_writable, hidden=hidden)
+        return dict(
+            cwd=work,
+            env=env,
+            limits=lim,
+            slot=slot,
+            writable=cand_writable,
+            hidden=hidden,
+            warm=cfg.warm_processes,
+        )
 
     def verify(
         spec: dict, hidden: list[Path], extend: Any = None

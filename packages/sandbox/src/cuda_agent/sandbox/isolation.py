@@ -74,6 +74,7 @@ class Outcome:
     stderr: str
     killed_for: str = ""  # "timeout" | "memory" | "processes" | ""
     isolation: dict[str, str] = field(default_factory=dict)
+    warm: bool = False  # ran in a launcher started ahead of need (see :class:`WarmProcess`)
 
     @property
     def signal(self) -> int | None:
@@ -372,6 +373,65 @@ def kill_uid(uid: int) -> None:
         )
 
 
+@dataclass
+class WarmProcess:
+    """A confinement launcher started ahead of need (``jail.py --warm``) that has imported, or is
+    importing, the modules a job will run; :func:`run_confined` hands it one job. ``mark`` is
+    the run mark in its environment from the start (``/proc/PID/environ`` shows the
+    environment a process started with, which the last sweep reads)."""
+
+    proc: subprocess.Popen
+    mark: str
+    modules: tuple[str, ...]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def discard(self) -> None:
+        """Stop it (unused, or refused by a job)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            self.proc.kill()
+        with contextlib.suppress(Exception):
+            self.proc.wait(timeout=5)
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            with contextlib.suppress(OSError, AttributeError):
+                f.close()
+
+
+def start_warm(
+    modules: Sequence[str], env: dict[str, str], cwd: str | os.PathLike[str]
+) -> WarmProcess:
+    """Start a launcher that imports ``modules`` (the first is the one jobs run as ``python -m``)
+    under ``env`` and waits for its job; see :class:`WarmProcess`."""
+    mark = uuid.uuid4().hex
+    proc = subprocess.Popen(
+        [sys.executable, JAIL, "--warm", ",".join(modules)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=str(cwd),
+        env={**env, RUN_MARK: mark},
+        start_new_session=True,
+        close_fds=True,
+    )
+    return WarmProcess(proc=proc, mark=mark, modules=tuple(modules))
+
+
+def _hand_over(warm: WarmProcess, cfg: dict[str, Any], cmd: list[str]) -> bool:
+    """Give ``warm`` its job; False (and it is stopped) when it cannot take it."""
+    try:
+        if warm.alive() and warm.proc.stdin is not None:
+            warm.proc.stdin.write((json.dumps({"cfg": cfg, "cmd": cmd}) + "\n").encode())
+            warm.proc.stdin.close()
+            return True
+    except OSError:
+        pass
+    warm.discard()
+    return False
+
+
 class _ExitWaiter:
     """Waits for ``proc`` to exit, woken by the exit itself through a pidfd where the kernel has
     them (``Popen.wait`` with a timeout polls with sleeps of up to 50 ms, a delay every confined
@@ -414,6 +474,7 @@ def run_confined(
     hidden: Sequence[str | os.PathLike[str]] = (),
     extend: Callable[[], float] | None = None,
     uid: int | None = None,
+    warm: WarmProcess | None = None,
 ) -> Outcome:
     """Run ``cmd`` confined (see the module docstring); never raises for what the command does.
 
@@ -422,6 +483,8 @@ def run_confined(
     ``extend``: seconds added to the wall-clock limit, asked again on every check (time the
     command spends waiting for its parent, e.g. for a device gate, is not its own). ``uid``: run
     as this uid (from :func:`sandbox_uid`) instead of ``slot``'s, where a uid is dropped to.
+    ``warm``: a launcher started ahead (:func:`start_warm`) to take this run, confined the same
+    way; one that has died or cannot take it is stopped and the run starts cold.
     """
     c = caps()
     dropping = limits.drop_user and c.drop_user
@@ -430,7 +493,10 @@ def run_confined(
     # a mark every descendant inherits: the last sweep finds processes that left the process
     # group, and the cgroup where there is none (a candidate can clear it; the cgroup is the
     # primary net, this the fallback)
-    run_mark = f"{RUN_MARK}={uuid.uuid4().hex}"
+    if warm is not None and (stdin is not None or pass_fds or not warm.alive()):
+        warm.discard()
+        warm = None
+    run_mark = f"{RUN_MARK}={warm.mark if warm is not None else uuid.uuid4().hex}"
     env = {**env, RUN_MARK: run_mark.split("=", 1)[1]}
     cfg: dict[str, Any] = {
         "cwd": str(cwd),
@@ -485,19 +551,26 @@ def run_confined(
     with tempfile.NamedTemporaryFile(prefix="jail-", suffix=".json", delete=False) as rep:
         report_path = rep.name
     cfg["report"] = report_path
-    argv = [sys.executable, "-I", "-S", JAIL, json.dumps(cfg), "--", *cmd]
     out, err = _Capped(limits.output_cap), _Capped(limits.output_cap)
     t0 = time.monotonic()
     killed_for = ""
-    proc = subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        pass_fds=pass_fds,
-        close_fds=True,
-    )
+    if warm is not None and _hand_over(warm, cfg, cmd):
+        proc = warm.proc
+    else:
+        if warm is not None:  # it could not take the job: a fresh mark for the cold start
+            warm = None
+            run_mark = f"{RUN_MARK}={uuid.uuid4().hex}"
+            cfg["env"] = env = {**env, RUN_MARK: run_mark.split("=", 1)[1]}
+        argv = [sys.executable, "-I", "-S", JAIL, json.dumps(cfg), "--", *cmd]
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            pass_fds=pass_fds,
+            close_fds=True,
+        )
     readers = [
         threading.Thread(target=_reader, args=(proc.stdout, out), daemon=True),
         threading.Thread(target=_reader, args=(proc.stderr, err), daemon=True),
@@ -566,6 +639,7 @@ def run_confined(
         stderr=err.text(),
         killed_for=killed_for,
         isolation=iso,
+        warm=warm is not None,
     )
 
 

@@ -18,6 +18,14 @@ the confined program cannot forge it):
 A step listed in ``require`` that fails ends the launcher with exit code 111.
 ``--killall UID`` instead kills every process of UID (used after a phase ends).
 This file imports only the standard library.
+
+Warm mode (``python jail.py --warm MODULE[,MODULE...]``, started ahead of need without ``-I
+-S``): import the modules (e.g. the runner and torch: seconds per process), then read one job,
+``{"cfg": ..., "cmd": [...]}``, as a JSON line on stdin and confine itself as above. Where the
+command is ``[this interpreter, "-m", MODULE, ARGS...]`` with MODULE among those imported, the
+last step does what ``exec`` would: the job's environment, working directory, ``sys.path[0]``
+and ``sys.argv``, then ``MODULE.main(ARGS)`` in this process (after the same confinement, uid
+drop included); any other command is ``exec``ed. So the import is paid before the job exists.
 """
 
 import contextlib
@@ -52,6 +60,7 @@ def _check(rc: int, what: str) -> None:
 
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 
 
 def _die_with_parent() -> None:
@@ -134,9 +143,80 @@ def _read_only_fs(writable: list[str]) -> None:
         raise OSError("/ is still writable")
 
 
-def main(argv: list[str]) -> int:
+def _warm(modules: list[str]) -> int:
+    """Import ``modules``, then take one job from stdin and run it (see the module docstring)."""
+    import importlib
+    import warnings
+
+    _die_with_parent()
+    # run as a script, sys.path[0] is this package's directory: `python -m` would have the
+    # working directory there (set per job below), never the sandbox's own modules
+    sys.path[0] = "/"
+    # fork() in a process whose libraries started threads (OpenBLAS, OpenMP) is what every
+    # fork-started torch DataLoader worker does; Python 3.12 warns on it
+    warnings.filterwarnings("ignore", category=DeprecationWarning, message=".*fork.*")
+    # the first module is the one jobs run; the others only save their import later (a job
+    # that needs one that failed here fails there, as it would have started cold)
+    importlib.import_module(modules[0])
+    for m in modules[1:]:
+        with contextlib.suppress(Exception):
+            importlib.import_module(m)
+    line = sys.stdin.buffer.readline()
+    if not line.strip():
+        return 0  # retired unused
+    job = json.loads(line)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    return main([json.dumps(job["cfg"]), "--", *job["cmd"]], warm={modules[0]})
+
+
+def _run_in_process(cfg: dict, cmd: list[str], warm: set) -> bool:
+    """``exec`` of ``python -m MODULE ARGS`` done in this process, MODULE already imported:
+    False (nothing done) for any other command."""
+    if len(cmd) < 3 or cmd[0] != sys.executable or cmd[1] != "-m" or cmd[2] not in warm:
+        return False
+    mod = sys.modules.get(cmd[2])
+    if mod is None or not callable(getattr(mod, "main", None)):
+        return False
+    import tempfile
+
+    # a uid change leaves a process not dumpable (its /proc entries root's) until it execs a
+    # program; exec is what a cold launch does next, so do what it would
+    _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+    env = cfg.get("env")
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
+    tempfile.tempdir = None  # gettempdir() caches; the job's TMPDIR decides
+    cwd = cfg.get("cwd") or os.getcwd()
+    os.chdir(cwd)
+    sys.path[0] = cwd
+    sys.argv = [getattr(mod, "__file__", None) or cmd[2], *cmd[3:]]
+    warm_start = getattr(mod, "warm_start", None)
+    if callable(warm_start):
+        warm_start()
+    code = 1
+    try:
+        rc = mod.main(cmd[3:])
+        code = rc if isinstance(rc, int) else 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # noqa: BLE001 - as an uncaught exception would end `python -m`
+        import traceback
+
+        traceback.print_exc()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
+
+
+def main(argv: list[str], warm: set | None = None) -> int:
     if argv and argv[0] == "--killall":
         return _killall(int(argv[1]))
+    if argv and argv[0] == "--warm":
+        return _warm([m for m in argv[1].split(",") if m])
     _die_with_parent()
     cfg = json.loads(argv[0])
     cmd = argv[2:] if len(argv) > 1 and argv[1] == "--" else argv[1:]
@@ -262,11 +342,11 @@ def main(argv: list[str]) -> int:
                     os._exit(0)  # the kernel kills everything left in the namespace
         os.close(wr)
         os.setsid()  # own process group: kill(0) reaches nothing outside
-    _exec(cfg, cmd, report, step, failed, finish_report, root)
+    _exec(cfg, cmd, report, step, failed, finish_report, root, warm)
     return 0
 
 
-def _exec(cfg, cmd, report, step, failed, finish_report, root) -> None:
+def _exec(cfg, cmd, report, step, failed, finish_report, root, warm=None) -> None:
     for name, value in (cfg.get("rlimits") or {}).items():
         res = getattr(resource, "RLIMIT_" + name.upper())
         step(f"rlimit_{name}", lambda res=res, value=value: resource.setrlimit(res, (value, value)))
@@ -284,6 +364,8 @@ def _exec(cfg, cmd, report, step, failed, finish_report, root) -> None:
     if failed:
         sys.stderr.write(f"jail: required step(s) failed: {', '.join(failed)}: {report}\n")
         os._exit(JAIL_FAILED)
+    if warm and _run_in_process(cfg, cmd, warm):
+        return  # not reached: it exits
     if cfg.get("cwd"):
         os.chdir(cfg["cwd"])
     env = cfg.get("env")

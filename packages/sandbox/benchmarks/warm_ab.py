@@ -1,0 +1,78 @@
+"""Paired A/B of runner processes started ahead of need (``SandboxConfig.warm_processes``): the
+same honest candidate evaluated with spares (2 per environment) and without (every phase starts
+cold and imports torch), alternating, on the cpu backend; median seconds of the evaluation and
+of each stage. Each run waits ``SETTLE`` seconds first, so spares started by the previous run
+have finished importing and take no CPU from the next one.
+
+    python packages/sandbox/benchmarks/warm_ab.py [ROUNDS] [SETTLE_S] [BACKEND]
+
+Prints one JSON line."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from paired import paired_medians
+
+from cuda_agent.records import Candidate, Solution, Task
+from cuda_agent.sandbox import SandboxConfig, evaluate
+
+FIX = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "scale_add"
+HONEST = (
+    "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+    "    def __init__(self, cols):\n        super().__init__()\n"
+    "        self.w = nn.Parameter(torch.empty(cols))\n        self.b = nn.Parameter(torch.empty(cols))\n"
+    "    def forward(self, x):\n        return x * self.w + self.b\n"
+)
+
+
+def main() -> int:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 4
+    settle = float(sys.argv[2]) if len(sys.argv) > 2 else 10.0
+    backend = sys.argv[3] if len(sys.argv) > 3 else "cpu"
+    task = Task.make("scale_add", (FIX / "model.py").read_text())
+    cand = Candidate(task=task, solution=Solution.make("kernelbench", {"model_new.py": HONEST}))
+    cfg = SandboxConfig(
+        backend=backend, cache_dir=tempfile.mkdtemp(prefix="warm-ab-"), guard_policy="off",
+        baselines=False, timing_config={"time_cap_s": 0.5, "min_samples": 3},
+    )  # fmt: skip
+    Path(cfg.cache_dir or "").chmod(0o755)
+    evaluate(cand, cfg)  # warm-up: caches, first imports, the spares' first start
+    stages: dict[str, dict[str, list[float]]] = {"warm": {}, "cold": {}}
+    warm_used: list[int] = []
+
+    def run(name: str) -> None:
+        time.sleep(settle)
+        r = evaluate(cand, cfg.with_(warm_processes=2 if name == "warm" else 0))
+        assert r.status == "ok", r.message
+        for k, v in r.meta["stages_s"].items():
+            stages[name].setdefault(k, []).append(v)
+        if name == "warm":
+            warm_used.append(sum(1 for ph in r.meta.get("warm_started", [])))
+
+    med = paired_medians({"warm": lambda: run("warm"), "cold": lambda: run("cold")}, rounds, 2)
+    print(
+        json.dumps(
+            {
+                "rounds": rounds,
+                "backend": backend,
+                "settle_s": settle,
+                "evaluate_s_median": med,
+                "stage_s_median": {
+                    n: {k: round(statistics.median(v), 2) for k, v in s.items()}
+                    for n, s in stages.items()
+                },
+                "warm/cold": round(med["warm"] / med["cold"], 3),
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

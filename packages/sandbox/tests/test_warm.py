@@ -1,0 +1,198 @@
+"""Runner processes started ahead of need (warm.py, ``jail.py --warm``): a job handed to a warm
+launcher runs confined exactly as a cold one, under the job's environment and directory, not
+those the launcher started with; a launcher that cannot take a job leaves the run cold."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import pytest
+
+from cuda_agent.sandbox.isolation import Limits, caps, run_confined, start_warm
+from cuda_agent.sandbox.warm import WarmPool
+
+PROBE = """
+import json, os, sys, tempfile
+
+IMPORTED_PID = os.getpid()
+
+
+def main(argv):
+    out = {
+        "argv": argv,
+        "sys_argv0": os.path.basename(sys.argv[0]),
+        "cwd": os.getcwd(),
+        "path0": sys.path[0],
+        "tmp": tempfile.gettempdir(),
+        "env_x": os.environ.get("PROBE_X"),
+        "pid": os.getpid(),
+        "imported_pid": IMPORTED_PID,
+        "uid": os.getuid(),
+    }
+    try:
+        open(os.path.join(os.path.dirname(__file__), "written"), "w").write("x")
+        out["wrote_module_dir"] = True
+    except OSError:
+        out["wrote_module_dir"] = False
+    print(json.dumps(out))
+    return int(argv[0]) if argv else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.fixture
+def probe(confined_tmp):
+    """A module ``warmprobe`` on a PYTHONPATH of its own, and an environment that finds it."""
+    lib = confined_tmp / "lib"
+    lib.mkdir()
+    (lib / "warmprobe.py").write_text(PROBE)
+    os.chmod(lib, 0o755)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(lib), "TMPDIR": "/nonexistent-at-start"}
+    return lib, env
+
+
+def _job_dir(confined_tmp, name):
+    d = confined_tmp / name
+    d.mkdir()
+    d.chmod(0o777)
+    return d
+
+
+def test_warm_job_runs_with_the_jobs_environment_and_confinement(confined_tmp, probe):
+    lib, env = probe
+    w = start_warm(["warmprobe"], env, "/")
+    time.sleep(0.3)
+    job = _job_dir(confined_tmp, "job")
+    out = run_confined(
+        [sys.executable, "-m", "warmprobe", "7"],
+        cwd=job,
+        env={**env, "PROBE_X": "from-the-job", "TMPDIR": str(job)},
+        limits=Limits(timeout_s=30),
+        writable=[job],
+        warm=w,
+    )
+    assert out.warm, out.stderr
+    assert out.returncode == 7, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["argv"] == ["7"] and got["sys_argv0"] == "warmprobe.py"
+    assert got["cwd"] == str(job) and got["path0"] == str(job)
+    assert got["env_x"] == "from-the-job" and got["tmp"] == str(job)
+    # imported by the launcher before the job, run in a later child: never the same process
+    assert got["pid"] != got["imported_pid"]
+    if caps().network_ns:
+        assert not got["wrote_module_dir"]  # read-only outside its own directories
+        assert out.isolation.get("filesystem", "").startswith("read-only")
+        assert "pid_namespace" in out.isolation
+    if caps().drop_user:
+        assert got["uid"] != 0
+
+
+def test_a_cold_run_of_the_same_command_reports_the_same(confined_tmp, probe):
+    lib, env = probe
+    job = _job_dir(confined_tmp, "job")
+    out = run_confined(
+        [sys.executable, "-m", "warmprobe"],
+        cwd=job,
+        env={**env, "PROBE_X": "cold", "TMPDIR": str(job)},
+        limits=Limits(timeout_s=30),
+        writable=[job],
+    )
+    assert not out.warm and out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["env_x"] == "cold" and got["cwd"] == str(job) and got["tmp"] == str(job)
+
+
+def test_a_dead_launcher_leaves_the_run_cold(confined_tmp, probe):
+    lib, env = probe
+    w = start_warm(["warmprobe"], env, "/")
+    w.proc.kill()
+    w.proc.wait()
+    job = _job_dir(confined_tmp, "job")
+    out = run_confined(
+        [sys.executable, "-m", "warmprobe", "0"],
+        cwd=job,
+        env={**env, "PROBE_X": "fallback"},
+        limits=Limits(timeout_s=30),
+        writable=[job],
+        warm=w,
+    )
+    assert not out.warm and out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1])["env_x"] == "fallback"
+
+
+def test_a_launcher_whose_import_failed_leaves_the_run_cold(confined_tmp, probe):
+    lib, env = probe
+    w = start_warm(["no_such_module_here"], env, "/")
+    w.proc.wait(timeout=30)
+    job = _job_dir(confined_tmp, "job")
+    out = run_confined(
+        [sys.executable, "-m", "warmprobe"],
+        cwd=job,
+        env=env,
+        limits=Limits(timeout_s=30),
+        writable=[job],
+        warm=w,
+    )
+    assert not out.warm and out.returncode == 0, out.stderr
+
+
+def test_other_commands_are_execed_by_a_warm_launcher(confined_tmp, probe):
+    lib, env = probe
+    w = start_warm(["warmprobe"], env, "/")
+    job = _job_dir(confined_tmp, "job")
+    out = run_confined(
+        [sys.executable, "-c", "import os; print(os.environ['PROBE_X'])"],
+        cwd=job,
+        env={**env, "PROBE_X": "exec"},
+        limits=Limits(timeout_s=30),
+        writable=[job],
+        warm=w,
+    )
+    assert out.warm and out.returncode == 0 and out.stdout.strip() == "exec", out.stderr
+
+
+def test_the_deadline_kills_a_warm_job(confined_tmp, probe):
+    lib, env = probe
+    (lib / "sleeper.py").write_text("import time\n\ndef main(argv):\n    time.sleep(60)\n")
+    w = start_warm(["sleeper"], env, "/")
+    job = _job_dir(confined_tmp, "job")
+    t = time.monotonic()
+    out = run_confined(
+        [sys.executable, "-m", "sleeper"],
+        cwd=job,
+        env=env,
+        limits=Limits(timeout_s=3),
+        writable=[job],
+        warm=w,
+    )
+    assert out.warm and out.timed_out and time.monotonic() - t < 20
+    assert w.proc.poll() is not None
+
+
+def test_pool_hands_out_spares_per_environment(confined_tmp, probe):
+    lib, env = probe
+    pool = WarmPool(modules=("warmprobe",), per_key=1)
+    try:
+        cmd = [sys.executable, "-m", "warmprobe"]
+        assert pool.take(cmd, env) is None  # nothing yet: cold, and one spare ordered
+        deadline = time.monotonic() + 30
+        while pool.started < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # a per-evaluation directory differs: the same spares
+        w = pool.take(cmd, {**env, "TMPDIR": str(confined_tmp), "HOME": "/x"})
+        assert w is not None and w.alive()
+        w.discard()
+        # any other key differs: spares of its own
+        assert pool.take(cmd, {**env, "OMP_NUM_THREADS": "3"}) is None
+        # not the pool's module: never a spare
+        assert pool.take([sys.executable, "-m", "json.tool"], env) is None
+        assert pool.take([sys.executable, "-c", "1"], env) is None
+    finally:
+        pool.close()
+    assert all(not w.alive() for ws in pool._spares.values() for w in ws)
