@@ -506,7 +506,7 @@ def section_d() -> None:
     extra = ["--compile-jobs", "4", "--workers-per-gpu", str(wpg)]
     if os.environ.get("D_GPUS"):  # e.g. "all" or "0,1": D_WPG device workers per GPU
         extra += ["--gpus", os.environ["D_GPUS"]]
-    warm = os.environ.get("D_WARM", "2")  # runner processes started ahead, per environment
+    warm = os.environ.get("D_WARM", "3")  # runner processes started ahead, per environment
     extra += ["--warm-processes", warm]
     rows = run_eval(tag, cands, extra, left() - 10)
     wall = time.monotonic() - t

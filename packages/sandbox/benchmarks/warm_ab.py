@@ -1,5 +1,5 @@
 """Paired A/B of runner processes started ahead of need (``SandboxConfig.warm_processes``): the
-same honest candidate evaluated with spares (2 per environment) and without (every phase starts
+same honest candidate evaluated with spares (``WARM_N``, default 3, per environment) and without (every phase starts
 cold and imports torch), alternating, on the cpu backend; median seconds of the evaluation and
 of each stage. Each run waits ``SETTLE`` seconds first, so spares started by the previous run
 have finished importing and take no CPU from the next one.
@@ -22,6 +22,7 @@ from paired import paired_medians
 from cuda_agent.records import Candidate, Solution, Task
 from cuda_agent.sandbox import SandboxConfig, evaluate
 
+WARM = int(__import__("os").environ.get("WARM_N", "3"))
 FIX = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "scale_add"
 HONEST = (
     "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
@@ -47,15 +48,18 @@ def main() -> int:
     warm_used: list[int] = []
 
     def run(name: str) -> None:
-        time.sleep(settle)
-        r = evaluate(cand, cfg.with_(warm_processes=2 if name == "warm" else 0))
+        r = evaluate(cand, cfg.with_(warm_processes=WARM if name == "warm" else 0))
         assert r.status == "ok", r.message
         for k, v in r.meta["stages_s"].items():
             stages[name].setdefault(k, []).append(v)
-        if name == "warm":
-            warm_used.append(sum(1 for ph in r.meta.get("warm_started", [])))
+        warm_used.append(len(r.meta.get("warm_phases") or []))
 
-    med = paired_medians({"warm": lambda: run("warm"), "cold": lambda: run("cold")}, rounds, 2)
+    med = paired_medians(
+        {"warm": lambda: run("warm"), "cold": lambda: run("cold")},
+        rounds,
+        2,
+        after_each=lambda: time.sleep(settle),
+    )
     print(
         json.dumps(
             {
@@ -68,6 +72,9 @@ def main() -> int:
                     for n, s in stages.items()
                 },
                 "warm/cold": round(med["warm"] / med["cold"], 3),
+                "reference_s": stages["warm"].get("reference"),
+                "reference_s_cold": stages["cold"].get("reference"),
+                "warm_phases_per_run": warm_used,
             }
         )
     )

@@ -196,3 +196,40 @@ def test_pool_hands_out_spares_per_environment(confined_tmp, probe):
     finally:
         pool.close()
     assert all(not w.alive() for ws in pool._spares.values() for w in ws)
+
+
+def _probe_run(confined_tmp, env, w, exe):
+    job = _job_dir(confined_tmp, "job")
+    out = run_confined(
+        [exe, "-m", "warmprobe"],
+        cwd=job,
+        env=env,
+        limits=Limits(timeout_s=30),
+        writable=[job],
+        warm=w,
+    )
+    assert out.warm and out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_interpreter_is_matched_however_its_path_is_spelled(confined_tmp, probe):
+    """A parent started as `../bin/python` names its interpreter with the `..`; the launcher's
+    own path is normalised: still the same interpreter, run in-process."""
+    lib, env = probe
+    w = start_warm(["warmprobe"], env, "/")
+    d, name = os.path.split(sys.executable)
+    spelled = os.path.join(d, "..", os.path.basename(d), name)
+    got = _probe_run(confined_tmp, env, w, spelled)
+    assert got["pid"] != got["imported_pid"]  # imported before the job: in-process
+
+
+def test_another_path_to_the_same_binary_is_execed(confined_tmp, probe):
+    """A symlink elsewhere may be another virtual environment over the same binary: its
+    modules are not the launcher's, so the command is started as given."""
+    lib, env = probe
+    link = confined_tmp / "bin" / "python"
+    link.parent.mkdir()
+    link.symlink_to(os.path.realpath(sys.executable))
+    w = start_warm(["warmprobe"], env, "/")
+    got = _probe_run(confined_tmp, env, w, str(link))
+    assert got["pid"] == got["imported_pid"]  # imported by the command itself: execed

@@ -146,7 +146,7 @@ def eval_cmd(
             help="Runner processes kept started ahead, per environment, that have already "
             "imported torch (0: every phase starts cold).",
         ),
-    ] = 2,
+    ] = 3,
 ) -> None:
     """Evaluate candidates: ``sandbox eval < candidates.jsonl > results.jsonl``.
 

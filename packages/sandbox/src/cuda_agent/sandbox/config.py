@@ -45,7 +45,7 @@ class SandboxConfig:
     early_time: bool = True
     # runner processes started ahead of need, per environment (see warm.py; 0: each phase
     # starts cold and imports torch on its own clock)
-    warm_processes: int = 2
+    warm_processes: int = 3  # one per phase of an evaluation (reference, candidate, time)
     # guards
     guard_policy: str = "strict"  # strict | kernelbench | off
     # build

@@ -168,13 +168,23 @@ def _warm(modules: list[str]) -> int:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    return main([json.dumps(job["cfg"]), "--", *job["cmd"]], warm={modules[0]})
+    rc = main([json.dumps(job["cfg"]), "--", *job["cmd"]], warm={modules[0]})
+    # the launcher's own end: no interpreter teardown of what it imported (seconds for torch)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(rc)
 
 
 def _run_in_process(cfg: dict, cmd: list[str], warm: set) -> bool:
     """``exec`` of ``python -m MODULE ARGS`` done in this process, MODULE already imported:
     False (nothing done) for any other command."""
-    if len(cmd) < 3 or cmd[0] != sys.executable or cmd[1] != "-m" or cmd[2] not in warm:
+    if len(cmd) < 3 or cmd[1] != "-m" or cmd[2] not in warm:
+        return False
+    # the same interpreter, however its path was spelled (a parent started as `../bin/python`
+    # names it with the `..`), not merely the same binary behind a symlink: another venv
+    same = os.path.normpath(os.path.abspath(cmd[0])) == os.path.normpath(sys.executable)
+    if not same:
         return False
     mod = sys.modules.get(cmd[2])
     if mod is None or not callable(getattr(mod, "main", None)):
