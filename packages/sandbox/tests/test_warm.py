@@ -233,3 +233,34 @@ def test_another_path_to_the_same_binary_is_execed(confined_tmp, probe):
     w = start_warm(["warmprobe"], env, "/")
     got = _probe_run(confined_tmp, env, w, str(link))
     assert got["pid"] == got["imported_pid"]  # imported by the command itself: execed
+
+
+def test_evaluations_through_warm_runners_keep_their_verdicts(cache_dir, scale_add_task):
+    """Every phase of an evaluation from a warm launcher: the same verdicts as cold, a candidate
+    that kills its parent's process group harms only its own phase, and the spares left serve
+    the next candidate."""
+    from cuda_agent.records import Status
+    from cuda_agent.sandbox import SandboxConfig, evaluate
+
+    from .conftest import kb_candidate
+    from .test_evaluate_api import HONEST
+    from .test_fault_suite import _kb
+
+    cfg = SandboxConfig(
+        backend="cpu",
+        cache_dir=str(cache_dir),
+        guard_policy="off",
+        baselines=False,
+        timing_config={"time_cap_s": 0.3, "min_samples": 3},
+        warm_processes=3,
+    )
+    first = evaluate(kb_candidate(scale_add_task, HONEST), cfg)
+    assert first.status == Status.OK, first.message
+    killer = _kb("os.killpg(os.getpgid(os.getppid()), 9)\nos.kill(os.getppid(), 9)\nos.kill(-1, 9)")
+    bad = evaluate(kb_candidate(scale_add_task, killer), cfg)
+    assert bad.status == Status.RUNTIME_ERROR, bad.message
+    assert "verify" in (bad.meta.get("warm_phases") or []), bad.meta
+    again = evaluate(kb_candidate(scale_add_task, HONEST + "\n# again\n"), cfg)
+    assert again.status == Status.OK, again.message
+    assert {"reference", "verify", "time"} <= set(again.meta.get("warm_phases") or []), again.meta
+    assert again.meta["phases_s"]["reference"]["import_torch"] < 0.5  # imported ahead

@@ -139,14 +139,15 @@ def eval_cmd(
         ),
     ] = True,
     warm_processes: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--warm-processes",
             min=0,
             help="Runner processes kept started ahead, per environment, that have already "
-            "imported torch (0: every phase starts cold).",
+            "imported torch (0: every phase starts cold; default: 3 on hosts with 8 cores or "
+            "more, else 0).",
         ),
-    ] = 3,
+    ] = None,
 ) -> None:
     """Evaluate candidates: ``sandbox eval < candidates.jsonl > results.jsonl``.
 

@@ -44,8 +44,17 @@ class SandboxConfig:
     # `import torch`, while the parent compares the outputs; cancelled if they fail)
     early_time: bool = True
     # runner processes started ahead of need, per environment (see warm.py; 0: each phase
-    # starts cold and imports torch on its own clock)
-    warm_processes: int = 3  # one per phase of an evaluation (reference, candidate, time)
+    # starts cold and imports torch on its own clock). None: 3 (one per phase of an evaluation)
+    # where the host has at least 8 cores, else 0: a spare's import takes a core for seconds,
+    # which a small machine's running phases need (and a one-off evaluation leaves spares unused)
+    warm_processes: int | None = None
+
+    def warm_spares(self) -> int:
+        """``warm_processes`` resolved for this host."""
+        if self.warm_processes is not None:
+            return max(0, self.warm_processes)
+        return 3 if (os.cpu_count() or 1) >= 8 else 0
+
     # guards
     guard_policy: str = "strict"  # strict | kernelbench | off
     # build

@@ -531,7 +531,7 @@ def _prepare(p: Prepared, slot: int) -> None:
         limits=_limits(cfg, cfg.compile_timeout_s, p.backend),
         slot=slot,
         writable=[tmp, kb_cache, triton],
-        warm=cfg.warm_processes,
+        warm=cfg.warm_spares(),
     )
     p.stages["compile"] = time.monotonic() - t
     _record_phases(p, "compile", rep)
@@ -971,7 +971,7 @@ def _reference_phase(
             limits=_limits(cfg, cfg.reference_timeout_s, p.backend, drop_user=False),
             slot=slot,
             writable=[private, shared],
-            warm=cfg.warm_processes,
+            warm=cfg.warm_spares(),
         )
     p.stages["reference"] = time.monotonic() - t
     _record_phases(p, "reference", rep)
@@ -1054,7 +1054,7 @@ def _run_on_device(
             slot=slot,
             writable=cand_writable,
             hidden=hidden,
-            warm=cfg.warm_processes,
+            warm=cfg.warm_spares(),
         )
 
     def verify(
