@@ -70,13 +70,14 @@ sec_sandbox-wpg() {  # the same batch with 1 and with 2 device workers on one GP
   SECTIONS=D D_N=${D_N:-20} D_TAG=W2 D_WPG=2 python3 packages/sandbox/benchmarks/gpu_check.py "$1/w2" "$half"
 }
 sec_sandbox-warm() {  # the same batch with runner processes started ahead (3) and cold (0), one GPU;
-  # each with a fresh cache of its own (prelude, builds, baselines), so neither inherits the other's
+  # each with fresh caches of its own (prelude, builds; the profiler's baselines), so neither
+  # inherits the other's
   local half=$(( ($2 - 20) / 2 ))
   mkdir -p "$1/warm" "$1/cold"
   local c=/tmp/warm-ab-cache-$$
-  CUDA_AGENT_SANDBOX_CACHE=$c-warm SECTIONS=D D_N=${D_N:-20} D_TAG=WARM D_WARM=3 D_GPUS=0 \
+  CUDA_AGENT_SANDBOX_CACHE=$c-warm CUDA_AGENT_CACHE=$c-warm-base SECTIONS=D D_N=${D_N:-20} D_TAG=WARM D_WARM=3 D_GPUS=0 \
     python3 packages/sandbox/benchmarks/gpu_check.py "$1/warm" "$half"
-  CUDA_AGENT_SANDBOX_CACHE=$c-cold SECTIONS=D D_N=${D_N:-20} D_TAG=COLD D_WARM=0 D_GPUS=0 \
+  CUDA_AGENT_SANDBOX_CACHE=$c-cold CUDA_AGENT_CACHE=$c-cold-base SECTIONS=D D_N=${D_N:-20} D_TAG=COLD D_WARM=0 D_GPUS=0 \
     python3 packages/sandbox/benchmarks/gpu_check.py "$1/cold" "$half"
 }
 sec_gen-probe() {  # why the first generate calls of a process are slow on the GPU (docs/benchmarks-ppo.md)
