@@ -264,3 +264,11 @@ def test_evaluations_through_warm_runners_keep_their_verdicts(cache_dir, scale_a
     assert again.status == Status.OK, again.message
     assert {"reference", "verify", "time"} <= set(again.meta.get("warm_phases") or []), again.meta
     assert again.meta["phases_s"]["reference"]["import_torch"] < 0.5  # imported ahead
+
+
+def test_a_launcher_retired_unused_exits_at_once(probe):
+    lib, env = probe
+    w = start_warm(["warmprobe"], env, "/")
+    w.proc.stdin.close()  # no job: end of input
+    assert w.proc.wait(timeout=30) == 0
+    w.discard()
