@@ -112,7 +112,13 @@ CHEATING = [
 
 @pytest.fixture(scope="module")
 def env():
-    return SandboxEnv(SandboxConfig(backend="cpu", timing=True))
+    # timed, but briefly: the reward's tiers need a speed-up, not a precise one
+    cfg = SandboxConfig(
+        backend="cpu",
+        timing=True,
+        timing_config={"time_cap_s": 1.0, "warmup_max_s": 0.5, "min_samples": 3},
+    )
+    return SandboxEnv(cfg)
 
 
 @pytest.fixture(scope="module")

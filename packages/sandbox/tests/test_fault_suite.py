@@ -195,6 +195,10 @@ def test_fault_suite_one_stream(warm_build, cache_dir, tmp_path, scale_add_task,
         "--cache-dir",
         str(cache_dir),
         "--no-pch",
+        # what is checked is each verdict, not the timing's precision (default: up to 10 s of
+        # samples and 5 s of warm-up per measurement)
+        "--timing-config",
+        '{"time_cap_s": 1.0, "warmup_max_s": 0.5, "min_samples": 3}',
     ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
