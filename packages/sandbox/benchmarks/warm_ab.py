@@ -11,25 +11,20 @@ Prints one JSON line."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from early_verify_ab import FIX, HONEST
 from paired import paired_medians
 
 from cuda_agent.records import Candidate, Solution, Task
 from cuda_agent.sandbox import SandboxConfig, evaluate
 
-WARM = int(__import__("os").environ.get("WARM_N", "3"))
-FIX = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "scale_add"
-HONEST = (
-    "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
-    "    def __init__(self, cols):\n        super().__init__()\n"
-    "        self.w = nn.Parameter(torch.empty(cols))\n        self.b = nn.Parameter(torch.empty(cols))\n"
-    "    def forward(self, x):\n        return x * self.w + self.b\n"
-)
+WARM = int(os.environ.get("WARM_N", "3"))
 
 
 def main() -> int:

@@ -382,7 +382,6 @@ class WarmProcess:
 
     proc: subprocess.Popen
     mark: str
-    modules: tuple[str, ...]
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -416,7 +415,7 @@ def start_warm(
         start_new_session=True,
         close_fds=True,
     )
-    return WarmProcess(proc=proc, mark=mark, modules=tuple(modules))
+    return WarmProcess(proc=proc, mark=mark)
 
 
 def _hand_over(warm: WarmProcess, cfg: dict[str, Any], cmd: list[str]) -> bool:
@@ -493,7 +492,7 @@ def run_confined(
     # a mark every descendant inherits: the last sweep finds processes that left the process
     # group, and the cgroup where there is none (a candidate can clear it; the cgroup is the
     # primary net, this the fallback)
-    if warm is not None and (stdin is not None or pass_fds or not warm.alive()):
+    if warm is not None and (stdin is not None or pass_fds):  # a job it cannot be handed
         warm.discard()
         warm = None
     run_mark = f"{RUN_MARK}={warm.mark if warm is not None else uuid.uuid4().hex}"

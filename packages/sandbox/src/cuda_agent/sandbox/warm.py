@@ -68,7 +68,6 @@ class WarmPool:
         self._starter = threading.Thread(target=self._start_loop, name="warm-starter", daemon=True)
         self._starter.start()
         self.started = 0
-        self.taken = 0
         self.closed = False
 
     def _start_loop(self) -> None:
@@ -120,8 +119,6 @@ class WarmPool:
             for _ in range(self.per_key - len(spares) - self._pending.get(key, 0)):
                 self._pending[key] = self._pending.get(key, 0) + 1
                 self._orders.put((key, base))
-            if got is not None:
-                self.taken += 1
         for w in dead:
             w.discard()
         return got
