@@ -1,7 +1,10 @@
 """Repository-wide pytest setup: ``gpu`` tests are skipped where CUDA is absent; under xdist,
-every test process (and what it starts) uses one CPU thread per worker."""
+every test process (and what it starts) uses one CPU thread per worker; one sandbox build cache
+serves the whole run."""
 
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -31,3 +34,38 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+
+
+def let_other_users_reach(d: Path) -> None:
+    """pytest's temporary dirs are 0700: let the sandbox's unprivileged uids through to ``d``."""
+    for parent in (d, *d.parents):
+        if parent == Path(tempfile.gettempdir()):
+            break
+        parent.chmod(parent.stat().st_mode | 0o111)
+
+
+@pytest.fixture(scope="session")
+def reach_for_other_users():
+    """:func:`let_other_users_reach`, for test modules (conftest files are not importable)."""
+    return let_other_users_reach
+
+
+@pytest.fixture(scope="session", autouse=True)
+def run_sandbox_cache(tmp_path_factory) -> Path:
+    """The sandbox build cache of this test run (``$CUDA_AGENT_SANDBOX_CACHE`` for every test and
+    what it starts), shared by the xdist workers: the infrastructure binding, the fixtures'
+    objects and the cpu backend's precompiled prelude are built once per run instead of once per
+    worker and per package (and never in the user's own cache).
+    ``$CUDA_AGENT_SANDBOX_TEST_CACHE`` names one to keep across runs."""
+    keep = os.environ.get("CUDA_AGENT_SANDBOX_TEST_CACHE")
+    if keep:
+        d = Path(keep)
+    else:
+        base = tmp_path_factory.getbasetemp()
+        # under xdist each worker's base is <run>/popen-gwN: the run's directory is shared
+        d = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "sandbox-cache"
+    d.mkdir(parents=True, exist_ok=True)
+    if not keep:
+        let_other_users_reach(d)
+    os.environ["CUDA_AGENT_SANDBOX_CACHE"] = str(d)
+    return d

@@ -71,14 +71,15 @@ sec_sandbox-wpg() {  # the same batch with 1 and with 2 device workers on one GP
 }
 sec_sandbox-warm() {  # the same batch with runner processes started ahead (3) and cold (0), one GPU;
   # each with fresh caches of its own (prelude, builds; the profiler's baselines), so neither
-  # inherits the other's
+  # inherits the other's; WARM_ORDER="cold warm" runs the cold half first (bounds an order effect)
   local half=$(( ($2 - 20) / 2 ))
-  mkdir -p "$1/warm" "$1/cold"
-  local c=/tmp/warm-ab-cache-$$
-  CUDA_AGENT_SANDBOX_CACHE=$c-warm CUDA_AGENT_CACHE=$c-warm-base SECTIONS=D D_N=${D_N:-20} D_TAG=WARM D_WARM=3 D_GPUS=0 \
-    python3 packages/sandbox/benchmarks/gpu_check.py "$1/warm" "$half"
-  CUDA_AGENT_SANDBOX_CACHE=$c-cold CUDA_AGENT_CACHE=$c-cold-base SECTIONS=D D_N=${D_N:-20} D_TAG=COLD D_WARM=0 D_GPUS=0 \
-    python3 packages/sandbox/benchmarks/gpu_check.py "$1/cold" "$half"
+  local c=/tmp/warm-ab-cache-$$ h n
+  for h in ${WARM_ORDER:-warm cold}; do
+    case $h in warm) n=3 ;; cold) n=0 ;; *) say "sandbox-warm: WARM_ORDER names $h"; return 2 ;; esac
+    mkdir -p "$1/$h"
+    CUDA_AGENT_SANDBOX_CACHE=$c-$h CUDA_AGENT_CACHE=$c-$h-base SECTIONS=D D_N=${D_N:-20} D_TAG=${h^^} D_WARM=$n D_GPUS=0 \
+      python3 packages/sandbox/benchmarks/gpu_check.py "$1/$h" "$half"
+  done
 }
 sec_gen-probe() {  # why the first generate calls of a process are slow on the GPU (docs/benchmarks-ppo.md)
   local v

@@ -1,9 +1,8 @@
-"""Shared fixtures: one build cache per test session (bindings compile once), small tasks."""
+"""Shared fixtures: the run's build cache (bindings compile once), small tasks."""
 
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,33 +12,22 @@ from cuda_agent.records import Candidate, Solution, Task
 FIX = Path(__file__).parent / "fixtures"
 
 
-def let_other_users_reach(d: Path) -> None:
-    """pytest's temporary dirs are 0700: let the sandbox's unprivileged uids through to ``d``."""
-    for parent in (d, *d.parents):
-        if parent == Path(tempfile.gettempdir()):
-            break
-        parent.chmod(parent.stat().st_mode | 0o111)
-
-
 @pytest.fixture
-def confined_tmp(tmp_path) -> Path:
+def confined_tmp(tmp_path, reach_for_other_users) -> Path:
     """``tmp_path`` that confined processes can reach and write, also as root (where they run as
     another uid)."""
-    let_other_users_reach(tmp_path)
+    reach_for_other_users(tmp_path)
     tmp_path.chmod(0o777)
     return tmp_path
 
 
 @pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory) -> Path:
-    """Session-wide caches (set CUDA_AGENT_SANDBOX_TEST_CACHE to reuse one across runs)."""
-    env = os.environ.get("CUDA_AGENT_SANDBOX_TEST_CACHE")
-    d = Path(env) if env else tmp_path_factory.mktemp("sandbox-cache")
-    d.mkdir(parents=True, exist_ok=True)
-    if not env:
-        let_other_users_reach(d)
-    os.environ.setdefault("CUDA_AGENT_CACHE", str(d / "profiler"))  # baselines of the profiler
-    return d
+def cache_dir(run_sandbox_cache, tmp_path_factory) -> Path:
+    """The run's sandbox cache (root conftest: shared by the workers; objects are keyed by
+    content, so tests that need a cold build use new source text); the profiler's baselines in
+    a cache of this worker's own."""
+    os.environ.setdefault("CUDA_AGENT_CACHE", str(tmp_path_factory.mktemp("profiler-cache")))
+    return run_sandbox_cache
 
 
 def fixture_files(name: str) -> dict[str, str]:
@@ -88,7 +76,6 @@ def warm_build(cache_dir, scale_add_task, scale_add_files):
         work / "build",
         backend="cpu",
         cache=ObjectCache(cache_dir / "build"),
-        pch=False,
         timeout_s=900,
     )
     assert res.ok, res.log

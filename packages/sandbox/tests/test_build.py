@@ -4,6 +4,8 @@ import importlib.util
 import subprocess
 import uuid
 
+import pytest
+
 from cuda_agent.sandbox.build import ObjectCache, build_workdir, uses_cpp_frontend
 from cuda_agent.sandbox.workspace import materialise
 
@@ -18,7 +20,6 @@ def _build(cache_dir, tmp_path, task, files, name, **kw):
         work / "build",
         backend="cpu",
         cache=ObjectCache(cache_dir / "build"),
-        pch=False,
         timeout_s=900,
     )
 
@@ -274,3 +275,53 @@ def test_cpp_frontend_scan():
     assert uses_cpp_frontend("auto o = torch::optim::SGD(p, 0.1);")
     assert not uses_cpp_frontend("torch::Tensor f(torch::Tensor x) { return x.relu(); }")
     assert not uses_cpp_frontend("mytorch::nn::thing; // torch::nnx::")
+
+
+def test_cpu_prelude_is_precompiled_once_a_cache_has_earned_it(tmp_path, monkeypatch):
+    """The cpu backend builds the precompiled prelude only after a cache has compiled
+    ``pch_after()`` bindings without it; one that exists (here or in the trusted cache a tools
+    cache reads) is used at once; a tools cache never builds one; a failed build is not retried
+    on every build. The cuda backend and an explicit choice are not counted against."""
+    from dataclasses import replace
+
+    from cuda_agent.sandbox.build import (
+        PCH_AFTER_ENV,
+        PRELUDE,
+        _count_unprecompiled,
+        pch_after,
+        pch_wanted,
+        unprecompiled_bindings,
+    )
+    from cuda_agent.sandbox.toolchain import flags_for
+
+    flags = flags_for("cpu")
+    cache = ObjectCache(tmp_path / "trusted")
+    monkeypatch.setenv(PCH_AFTER_ENV, "2")
+    assert pch_after() == 2
+    assert pch_wanted(cache, flags, None) == (
+        False,
+        "off (cpu: built after 2 bindings in this cache, 0 so far)",
+    )
+    _count_unprecompiled(cache, flags, 1)
+    assert unprecompiled_bindings(cache, flags) == 1 and not pch_wanted(cache, flags, None)[0]
+    _count_unprecompiled(cache, flags, 1)
+    assert pch_wanted(cache, flags, None) == (True, "on")
+    assert pch_wanted(cache, flags, False) == (False, "off")  # asked: not overridden
+    assert pch_wanted(cache, replace(flags, backend="cuda"), None) == (True, "on")
+
+    tools = ObjectCache(tmp_path / "tools", read_also=tmp_path / "trusted")
+    _count_unprecompiled(tools, flags, 5)  # not counted: it may not build the prelude
+    assert unprecompiled_bindings(tools, flags) == 0 and not pch_wanted(tools, flags, None)[0]
+    gch = tmp_path / "trusted" / "pch" / flags.key / (PRELUDE + ".gch")
+    gch.parent.mkdir(parents=True)
+    gch.write_bytes(b"")
+    assert pch_wanted(tools, flags, None) == (True, "on")  # the trusted cache's is read
+
+    fresh = ObjectCache(tmp_path / "fresh")
+    _count_unprecompiled(fresh, flags, 2)
+    (tmp_path / "fresh" / "pch" / f"{flags.key}.failed").write_text("g++: out of memory")
+    on, why = pch_wanted(fresh, flags, None)
+    assert not on and "failed" in why
+    monkeypatch.setenv(PCH_AFTER_ENV, "soon")
+    with pytest.raises(ValueError, match="whole number"):
+        pch_after()

@@ -14,7 +14,7 @@ def test_incorrect_kernel_is_caught(warm_build, cache_dir, scale_add_task, scale
     import time
 
     cfg = SandboxConfig(
-        backend="cpu", cache_dir=str(cache_dir), pch=False, guard_policy="off", baselines=False
+        backend="cpu", cache_dir=str(cache_dir), guard_policy="off", baselines=False
     )
     t0 = time.monotonic()
     r = evaluate(

@@ -194,7 +194,6 @@ def test_fault_suite_one_stream(warm_build, cache_dir, tmp_path, scale_add_task,
         "2",
         "--cache-dir",
         str(cache_dir),
-        "--no-pch",
         # what is checked is each verdict, not the timing's precision (default: up to 10 s of
         # samples and 5 s of warm-up per measurement)
         "--timing-config",

@@ -182,6 +182,63 @@ def _deps_digest(src_dir: Path) -> str:
     return _sha(*parts)
 
 
+# cpu backend: the precompiled prelude (about 45 s to build on a 2-core host, 0.5 GB) is built
+# once a cache has compiled this many bindings without it (about 26 s each there, 10 s with it):
+# a handful of evaluations never pay for it, a test suite or a run pays once
+PCH_AFTER_ENV = "CUDA_AGENT_PCH_AFTER"
+PCH_AFTER_DEFAULT = 3
+
+
+def pch_after() -> int:
+    """Bindings a cpu-backend cache compiles without the precompiled prelude before building it
+    (``$CUDA_AGENT_PCH_AFTER``, default 3; 0: at once)."""
+    v = os.environ.get(PCH_AFTER_ENV, "").strip()
+    try:
+        return max(0, int(v)) if v else PCH_AFTER_DEFAULT
+    except ValueError:
+        raise ValueError(f"{PCH_AFTER_ENV}={v!r}: expected a whole number") from None
+
+
+def _unprecompiled_path(cache: ObjectCache, flags: Flags) -> Path:
+    return cache.root / "pch" / f"{flags.key}.bindings-without"
+
+
+def unprecompiled_bindings(cache: ObjectCache, flags: Flags) -> int:
+    """How many bindings ``cache`` has compiled for ``flags`` without a precompiled prelude
+    (one byte appended per binding: concurrent builds each count)."""
+    try:
+        return _unprecompiled_path(cache, flags).stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _count_unprecompiled(cache: ObjectCache, flags: Flags, n: int) -> None:
+    if n <= 0 or cache.read_also is not None:  # a tools cache never builds the prelude
+        return
+    with contextlib.suppress(OSError), open(_unprecompiled_path(cache, flags), "ab") as fh:
+        fh.write(b"." * n)
+
+
+def pch_wanted(cache: ObjectCache, flags: Flags, pch: bool | None) -> tuple[bool, str]:
+    """Whether a build in ``cache`` uses the precompiled prelude, and the state to report when it
+    does not. ``pch`` None: always on the cuda backend; on the cpu backend when ``cache`` (or the
+    trusted cache it reads) has one, or has compiled :func:`pch_after` bindings without one (a
+    tools cache never builds it)."""
+    if pch is not None:
+        return pch, "on" if pch else "off"
+    if flags.backend == "cuda":
+        return True, "on"
+    have = cache.existing(cache.root / "pch" / flags.key / (PRELUDE + ".gch")).exists()
+    if have:
+        return True, "on"
+    if (cache.root / "pch" / f"{flags.key}.failed").exists():
+        return False, "off (cpu: building it failed in this cache; see pch/*.failed)"
+    done, after = unprecompiled_bindings(cache, flags), pch_after()
+    if done >= after and cache.read_also is None:
+        return True, "on"
+    return False, f"off (cpu: built after {after} bindings in this cache, {done} so far)"
+
+
 def ensure_pch(cache: ObjectCache, flags: Flags, limits: Limits) -> tuple[Path | None, str]:
     """The precompiled prelude for ``flags`` (built once under a lock); (dir, note)."""
     d = cache.root / "pch" / flags.key
@@ -222,6 +279,9 @@ def ensure_pch(cache: ObjectCache, flags: Flags, limits: Limits) -> tuple[Path |
             return d, f"pch: built in {time.monotonic() - t0:.1f}s"
         with contextlib.suppress(OSError):
             tmp.unlink()
+        if flags.backend != "cuda":  # the cpu backend's is optional: not tried on every build
+            with contextlib.suppress(OSError):
+                (cache.root / "pch" / f"{flags.key}.failed").write_text(out.stderr[-4000:])
         return None, "pch: build failed, compiling without it: " + out.stderr[-500:]
 
 
@@ -594,16 +654,15 @@ def build_workdir(
 ) -> BuildResult:
     """Build ``src_dir`` (a materialised workdir) into ``out_dir/cuda_extension.so``.
 
-    ``pch``: precompile the bindings' torch/pybind prelude (None: on the cuda backend only; on the
-    cpu backend building it costs more than the handful of bindings a test run compiles).
+    ``pch``: precompile the bindings' torch/pybind prelude. None: always on the cuda backend; on
+    the cpu backend once ``cache`` has compiled :func:`pch_after` bindings without it (building
+    it costs more than a handful of bindings save), and from then on.
     ``limits.drop_user`` (the evaluation sets it; default off): compilers and the linker run as
     leased unprivileged uids where this process is root, so ``src_dir`` must be reachable by
     other users.
     Never raises for a bad solution: compiler errors, a missing source or the time limit give
     ``ok=False`` with the log. All units share one wall-clock budget of ``timeout_s``.
     """
-    if pch is None:
-        pch = backend == "cuda"
     t0 = time.monotonic()
     src = Path(src_dir)
     out = Path(out_dir)
@@ -641,9 +700,14 @@ def build_workdir(
         u.cached = u.obj.exists() and all(p.exists() for p in u.parts)
     notes: list[str] = []
     pch_dir: Path | None = None
-    pch_state = "unused (bindings cached)" if pch else "off"
+    pch, pch_state = pch_wanted(cache, flags, pch)
+    if pch:
+        pch_state = "unused (bindings cached)"
+    infra_s = 0.0  # building the prelude is the toolchain's time, not the candidate's budget
     if pch and any(u.kind == "binding" and not u.cached for u in units):
+        tp = time.monotonic()
         pch_dir, note = ensure_pch(cache, flags, base)
+        infra_s = time.monotonic() - tp  # built here, or waited for while another process did
         notes.append(note)
         pch_state = "on" if pch_dir else "failed"
     wrapper: nvcc_split.Wrapper | None = None
@@ -653,7 +717,7 @@ def build_workdir(
             for u in units:
                 if u.kind == "cuda":
                     u.nvcc = f"whole ({why})"
-    deadline = t0 + timeout_s
+    deadline = t0 + infra_s + timeout_s
 
     ran_as: set[str] = set()  # who the compilers and the linker ran as (_who)
 
@@ -720,6 +784,8 @@ def build_workdir(
     if todo:
         with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(todo)))) as ex:
             list(ex.map(compile_one, todo))
+    if pch_dir is None and backend != "cuda":
+        _count_unprecompiled(cache, flags, sum(u.kind == "binding" for u in todo))
     for u in todo:
         if not u.heavy:
             continue

@@ -93,7 +93,9 @@ def eval_cmd(
         bool | None,
         typer.Option(
             "--pch/--no-pch",
-            help="Precompile the bindings' torch headers (default: on the cuda backend only).",
+            help="Precompile the bindings' torch headers (default: always on the cuda backend;"
+            " on the cpu backend once the cache has compiled 3 bindings without it,"
+            " $CUDA_AGENT_PCH_AFTER).",
         ),
     ] = None,
     cache_dir: Annotated[

@@ -60,7 +60,7 @@ class SandboxConfig:
     # build
     cache_dir: str | None = None
     compile_jobs: int = 4  # parallel compiler processes per candidate
-    pch: bool | None = None  # precompile the bindings' torch/pybind prelude (None: cuda only)
+    pch: bool | None = None  # precompile the bindings' prelude (None: cuda; cpu after 3 bindings)
     # isolation
     tmp_root: str | None = None
     keep_dirs: bool = False

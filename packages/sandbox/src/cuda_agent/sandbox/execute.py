@@ -82,7 +82,8 @@ def prepare_trusted_cache(backend: str, config: SandboxConfig | None = None) -> 
     Called where workspaces are made (``SandboxEnv``, ``sandbox workspace``); returns a note.
     ``config``: the evaluation's :class:`SandboxConfig` (whose cache the tools read)."""
     if backend != "cuda":
-        return "pch: not used on the cpu backend"
+        # built by the evaluations once they have compiled a few bindings (build.pch_after)
+        return "pch: cpu backend, built by the evaluations when they have earned it"
     from .build import build_cache, ensure_pch, ensure_split_wrapper, split_enabled
     from .toolchain import flags_for
 
