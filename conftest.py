@@ -68,4 +68,6 @@ def run_sandbox_cache(tmp_path_factory) -> Path:
     if not keep:
         let_other_users_reach(d)
     os.environ["CUDA_AGENT_SANDBOX_CACHE"] = str(d)
+    # a run compiles a dozen bindings into it: the cpu backend's precompiled prelude pays at once
+    os.environ.setdefault("CUDA_AGENT_PCH_AFTER", "0")
     return d

@@ -97,7 +97,8 @@ SOLVE = [
     + W("kernels/relu.cpp", KERNEL)
     + W("kernels/relu_binding.cpp", BINDING)
     + W("model_new.py", MODEL_NEW),
-    format_tool_call("Bash", {"command": "python utils/compile.py"}),
+    # the worked example is not part of the answer (and would be compiled twice more)
+    format_tool_call("Bash", {"command": "rm kernels/example_axpby* && python utils/compile.py"}),
     format_tool_call("Bash", {"command": "python utils/verify.py"}),
     "Verified. " + format_tool_call("Submit", {"summary": "relu kernel"}),
 ]
@@ -139,6 +140,7 @@ def test_scripted_policy_solves_cpu_task(tmp_path, env, tok):
     assert t.eval_result is not None and str(t.eval_result.status) == "ok", t.eval_result
     assert t.reward >= 1.0, t.reward_reason
     assert set(t.solution.files) >= {"model_new.py", "kernels/relu.cpp", "kernels/relu_binding.cpp"}
+    assert not any("example_axpby" in f for f in t.solution.files)  # what the agent removed
     # the record is valid JSONL and replays
     from cuda_agent.agent.cli import render
     from cuda_agent.records import Trajectory, decode, encode

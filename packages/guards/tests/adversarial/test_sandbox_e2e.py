@@ -4,8 +4,6 @@ the runtime guard inside ``evaluate``; the honest workdir candidate passes. One 
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from cuda_agent.records import Candidate, Solution, Status, Task
@@ -129,10 +127,10 @@ CASES = {
 
 
 @pytest.mark.slow
-def test_hacks_rejected_through_sandbox_evaluate(tmp_path_factory) -> None:
+def test_hacks_rejected_through_sandbox_evaluate() -> None:
     sandbox = pytest.importorskip("cuda_agent.sandbox")
-    cache = os.environ.get("CUDA_AGENT_SANDBOX_TEST_CACHE") or str(tmp_path_factory.mktemp("sbx"))
-    cfg = sandbox.SandboxConfig(backend="cpu", cache_dir=cache, timing=False, guard_policy="strict")
+    # the run's build cache ($CUDA_AGENT_SANDBOX_CACHE, root conftest): objects keyed by content
+    cfg = sandbox.SandboxConfig(backend="cpu", timing=False, guard_policy="strict")
     task = Task.make("scale_add", REF)
     cands = {
         n: Candidate(task=task, solution=Solution.make("workdir", {**FILES, **ch}))
