@@ -28,7 +28,29 @@ def _cuda_available() -> bool:
         return False
 
 
+def _long_tests_first(items: list, workers: int) -> list:
+    """``items`` reordered so that each xdist worker starts with its share of the ``slow`` tests
+    (the rest in file order). Started last, a two-minute test leaves the other workers idle at the
+    end of the run. ``--dist worksteal`` hands worker i the i-th of ``workers`` contiguous chunks
+    (sizes as computed here), so the slow tests are dealt round-robin to the chunks' heads."""
+    slow = [it for it in items if it.get_closest_marker("slow") is not None]
+    fast = [it for it in items if it.get_closest_marker("slow") is None]
+    workers = max(1, workers)
+    out: list = []
+    left = len(items)
+    for i in range(workers):
+        size = left // (workers - i)  # what the scheduler sends the i-th idle worker
+        head = slow[i::workers][:size]
+        take = size - len(head)
+        out += head + fast[:take]
+        fast = fast[take:]
+        left -= size
+    out += [it for it in slow if it not in out] + fast  # chunks smaller than their slow share
+    return out
+
+
 def pytest_collection_modifyitems(config, items):
+    items[:] = _long_tests_first(items, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     if any("gpu" in item.keywords for item in items) and not _cuda_available():
         skip = pytest.mark.skip(reason="needs a CUDA GPU")
         for item in items:
