@@ -272,3 +272,17 @@ def test_a_launcher_retired_unused_exits_at_once(probe):
     w.proc.stdin.close()  # no job: end of input
     assert w.proc.wait(timeout=30) == 0
     w.discard()
+
+
+def test_warm_processes_setting_is_checked():
+    """A negative count is refused where it is set (it used to be taken silently as 0); None
+    resolves by the host's cores."""
+    from cuda_agent.sandbox import SandboxConfig
+
+    assert SandboxConfig(warm_processes=2).warm_spares() == 2
+    assert SandboxConfig(warm_processes=0).warm_spares() == 0
+    assert SandboxConfig().warm_spares() == (3 if (os.cpu_count() or 1) >= 8 else 0)
+    with pytest.raises(ValueError, match="warm_processes=-1"):
+        SandboxConfig(warm_processes=-1)
+    with pytest.raises(ValueError, match="warm_processes"):
+        SandboxConfig.from_dict({"warm_processes": -3})

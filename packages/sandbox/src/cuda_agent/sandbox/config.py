@@ -49,10 +49,14 @@ class SandboxConfig:
     # which a small machine's running phases need (and a one-off evaluation leaves spares unused)
     warm_processes: int | None = None
 
+    def __post_init__(self) -> None:
+        if self.warm_processes is not None and self.warm_processes < 0:
+            raise ValueError(f"warm_processes={self.warm_processes}: expected 0 or more (or None)")
+
     def warm_spares(self) -> int:
         """``warm_processes`` resolved for this host."""
         if self.warm_processes is not None:
-            return max(0, self.warm_processes)
+            return self.warm_processes
         return 3 if (os.cpu_count() or 1) >= 8 else 0
 
     # guards
