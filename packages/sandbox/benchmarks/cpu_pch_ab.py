@@ -4,8 +4,8 @@ comes from the cache), in fresh caches, and the prelude itself once. Prints one 
 
     python packages/sandbox/benchmarks/cpu_pch_ab.py
 
-The figures that set ``build.PCH_AFTER_DEFAULT`` (a 2-core host: 26.5 s a binding without,
-9.3-10.2 s with, 46.9 s to build it) are in docs/benchmarks.md ("Session 12")."""
+The figures behind ``build.PCH_AFTER_DEFAULT`` (a 2-core host: 26.4 / 26.7 s a binding without,
+8.9 / 8.8 s with, 45.4 s to build it) are in docs/benchmarks.md ("Session 12")."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from early_verify_ab import FIX
+
 from cuda_agent.records import Solution, Task
 from cuda_agent.sandbox.build import build_cache, build_workdir, ensure_pch
 from cuda_agent.sandbox.isolation import Limits
 from cuda_agent.sandbox.toolchain import flags_for
 from cuda_agent.sandbox.workspace import materialise
-
-FIX = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "scale_add"
 
 
 def main() -> int:

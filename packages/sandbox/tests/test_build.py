@@ -322,6 +322,7 @@ def test_cpu_prelude_is_precompiled_once_a_cache_has_earned_it(tmp_path, monkeyp
     (tmp_path / "fresh" / "pch" / f"{flags.key}.failed").write_text("g++: out of memory")
     on, why = pch_wanted(fresh, flags, None)
     assert not on and "failed" in why
-    monkeypatch.setenv(PCH_AFTER_ENV, "soon")
-    with pytest.raises(ValueError, match="whole number"):
-        pch_after()
+    for bad in ("soon", "-1", "2.5"):
+        monkeypatch.setenv(PCH_AFTER_ENV, bad)
+        with pytest.raises(ValueError, match="whole number"):
+            pch_after()

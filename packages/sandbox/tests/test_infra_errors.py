@@ -63,11 +63,12 @@ def test_eval_refuses_a_cache_dir_the_sandbox_user_cannot_reach(tmp_path, scale_
 
 
 @needs_drop_user
-def test_our_failure_in_the_compile_process_is_an_infra_error(tmp_path, scale_add_task):
+def test_our_failure_in_the_compile_process_is_an_infra_error(
+    tmp_path, scale_add_task, reach_for_other_users
+):
     cache = tmp_path / "cache"
     cache.mkdir()
-    for d in (tmp_path, *tmp_path.parents):  # the cache itself is reachable ...
-        d.chmod(d.stat().st_mode | 0o111)
+    reach_for_other_users(cache)  # the cache itself is reachable ...
     hidden = _private(tmp_path / "hidden") / "kb_ext"
     hidden.mkdir()
     os.symlink(hidden, cache / "kb_ext")  # ... its KernelBench build cache is not

@@ -193,14 +193,23 @@ def pch_after() -> int:
     """Bindings a cpu-backend cache compiles without the precompiled prelude before building it
     (``$CUDA_AGENT_PCH_AFTER``, default 3; 0: at once)."""
     v = os.environ.get(PCH_AFTER_ENV, "").strip()
-    try:
-        return max(0, int(v)) if v else PCH_AFTER_DEFAULT
-    except ValueError:
-        raise ValueError(f"{PCH_AFTER_ENV}={v!r}: expected a whole number") from None
+    if not v:
+        return PCH_AFTER_DEFAULT
+    if not v.isdigit():  # a negative or non-integer count is a mistake, not 0
+        raise ValueError(f"{PCH_AFTER_ENV}={v!r}: expected a whole number")
+    return int(v)
+
+
+def _pch_dir(cache: ObjectCache, flags: Flags) -> Path:
+    return cache.root / "pch" / flags.key
 
 
 def _unprecompiled_path(cache: ObjectCache, flags: Flags) -> Path:
     return cache.root / "pch" / f"{flags.key}.bindings-without"
+
+
+def _pch_failed_path(cache: ObjectCache, flags: Flags) -> Path:
+    return cache.root / "pch" / f"{flags.key}.failed"
 
 
 def unprecompiled_bindings(cache: ObjectCache, flags: Flags) -> int:
@@ -228,10 +237,9 @@ def pch_wanted(cache: ObjectCache, flags: Flags, pch: bool | None) -> tuple[bool
         return pch, "on" if pch else "off"
     if flags.backend == "cuda":
         return True, "on"
-    have = cache.existing(cache.root / "pch" / flags.key / (PRELUDE + ".gch")).exists()
-    if have:
+    if cache.existing(_pch_dir(cache, flags) / (PRELUDE + ".gch")).exists():
         return True, "on"
-    if (cache.root / "pch" / f"{flags.key}.failed").exists():
+    if _pch_failed_path(cache, flags).exists():
         return False, "off (cpu: building it failed in this cache; see pch/*.failed)"
     done, after = unprecompiled_bindings(cache, flags), pch_after()
     if done >= after and cache.read_also is None:
@@ -241,7 +249,7 @@ def pch_wanted(cache: ObjectCache, flags: Flags, pch: bool | None) -> tuple[bool
 
 def ensure_pch(cache: ObjectCache, flags: Flags, limits: Limits) -> tuple[Path | None, str]:
     """The precompiled prelude for ``flags`` (built once under a lock); (dir, note)."""
-    d = cache.root / "pch" / flags.key
+    d = _pch_dir(cache, flags)
     gch = cache.existing(d / (PRELUDE + ".gch"))
     if gch.exists():
         return gch.parent, "pch: cached"
@@ -281,7 +289,7 @@ def ensure_pch(cache: ObjectCache, flags: Flags, limits: Limits) -> tuple[Path |
             tmp.unlink()
         if flags.backend != "cuda":  # the cpu backend's is optional: not tried on every build
             with contextlib.suppress(OSError):
-                (cache.root / "pch" / f"{flags.key}.failed").write_text(out.stderr[-4000:])
+                _pch_failed_path(cache, flags).write_text(out.stderr[-4000:])
         return None, "pch: build failed, compiling without it: " + out.stderr[-500:]
 
 
