@@ -8,6 +8,7 @@
 #   LANE0="sandbox-d2 ppo-multi" bash bin/gpu-check.sh                                 # two GPUs
 #   LANE0="gen-probe sandbox-wpg" bash bin/gpu-check.sh                                # one GPU
 #   D_N=18 LANE0="sandbox-warm" bash bin/gpu-check.sh          # throughput, warm runner processes vs cold
+#   WARM_ORDER="cold fork" D_N=14 LANE0="sandbox-warm" bash bin/gpu-check.sh  # fork server vs cold
 #   OPSYNTH_FROM=.gpu-data/opsynth-run RESUME=1 LANE0="opsynth" bash bin/gpu-check.sh  # continue a run
 #   TESTS="packages/profiler/tests/test_gpu.py" LANE0="tests sandbox-ab" bash bin/gpu-check.sh  # pytest files, then A+B
 #   B_ONLY_INLINE=1 B_INLINE_ROUNDS=3 LANE0="sandbox-b" bash bin/gpu-check.sh          # cold load_inline pairs
@@ -69,15 +70,19 @@ sec_sandbox-wpg() {  # the same batch with 1 and with 2 device workers on one GP
   SECTIONS=D D_N=${D_N:-20} D_TAG=W1 D_WPG=1 python3 packages/sandbox/benchmarks/gpu_check.py "$1/w1" "$half"
   SECTIONS=D D_N=${D_N:-20} D_TAG=W2 D_WPG=2 python3 packages/sandbox/benchmarks/gpu_check.py "$1/w2" "$half"
 }
-sec_sandbox-warm() {  # the same batch with runner processes started ahead (3) and cold (0), one GPU;
-  # each with fresh caches of its own (prelude, builds; the profiler's baselines), so neither
-  # inherits the other's; WARM_ORDER="cold warm" runs the cold half first (bounds an order effect)
-  local half=$(( ($2 - 20) / 2 ))
-  local c=/tmp/warm-ab-cache-$$ h n
-  for h in ${WARM_ORDER:-warm cold}; do
-    case $h in warm) n=3 ;; cold) n=0 ;; *) say "sandbox-warm: WARM_ORDER names $h"; return 2 ;; esac
+sec_sandbox-warm() {  # the same batch with runner processes forked from a fork server (fork),
+  # started ahead (warm: 3 spares) and cold, one GPU; each half with fresh caches of its own
+  # (prelude, builds; the profiler's baselines), so none inherits another's; WARM_ORDER picks the
+  # halves and their order (default "warm cold"; e.g. "cold fork")
+  local order=${WARM_ORDER:-warm cold}
+  local halves=$(wc -w <<< "$order")
+  local half=$(( ($2 - 20) / halves ))
+  local c=/tmp/warm-ab-cache-$$ h n f
+  for h in $order; do
+    case $h in warm) n=3 f=0 ;; cold) n=0 f=0 ;; fork) n=0 f=1 ;;
+      *) say "sandbox-warm: WARM_ORDER names $h"; return 2 ;; esac
     mkdir -p "$1/$h"
-    CUDA_AGENT_SANDBOX_CACHE=$c-$h CUDA_AGENT_CACHE=$c-$h-base SECTIONS=D D_N=${D_N:-20} D_TAG=${h^^} D_WARM=$n D_GPUS=0 \
+    CUDA_AGENT_SANDBOX_CACHE=$c-$h CUDA_AGENT_CACHE=$c-$h-base SECTIONS=D D_N=${D_N:-20} D_TAG=${h^^} D_WARM=$n D_FORK=$f D_GPUS=0 \
       python3 packages/sandbox/benchmarks/gpu_check.py "$1/$h" "$half"
   done
 }

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -508,8 +509,12 @@ def section_d() -> None:
         extra += ["--gpus", os.environ["D_GPUS"]]
     warm = os.environ.get("D_WARM", "3")  # runner processes started ahead, per environment
     extra += ["--warm-processes", warm]
+    fork = os.environ.get("D_FORK", "1") != "0"  # phases forked from a fork server (else D_WARM)
+    extra += ["--fork-server" if fork else "--no-fork-server"]
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     rows = run_eval(tag, cands, extra, left() - 10)
     wall = time.monotonic() - t
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     stages: dict[str, float] = {}
     for r in rows:
         for k, v in ((r.get("meta") or {}).get("stages_s") or {}).items():
@@ -518,6 +523,9 @@ def section_d() -> None:
         "gpus": os.environ.get("D_GPUS") or "default (first visible)",
         "workers_per_gpu": wpg,
         "warm_processes": int(warm),
+        "fork_server": fork,
+        # CPU seconds of the whole eval (every process it waited for, its fork servers' too)
+        "cpu_s": round((cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime), 1),
         "warm_phases": sum(len((r.get("meta") or {}).get("warm_phases") or []) for r in rows),
         "overlapped": sum(1 for r in rows if (r.get("meta") or {}).get("overlapped")),
         "rerun_alone": [

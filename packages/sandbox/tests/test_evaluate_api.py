@@ -151,6 +151,7 @@ def test_timing_starts_while_the_outputs_are_compared(cache_dir, scale_add_task)
         baselines=False,
         timing_config={"time_cap_s": 0.5, "min_samples": 3},
         warm_processes=0,  # the import is what the early start moves out of the stage
+        fork_server=False,
     )
     early = evaluate(kb_candidate(scale_add_task, HONEST), base)
     late = evaluate(kb_candidate(scale_add_task, HONEST), base.with_(early_time=False))

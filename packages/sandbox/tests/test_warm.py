@@ -1,6 +1,7 @@
-"""Runner processes started ahead of need (warm.py, ``jail.py --warm``): a job handed to a warm
-launcher runs confined exactly as a cold one, under the job's environment and directory, not
-those the launcher started with; a launcher that cannot take a job leaves the run cold."""
+"""Runner processes started ahead of need (warm.py, ``jail.py --warm``) or forked from a fork
+server (forkserver.py, ``jail.py --zygote``): a job handed to a warm launcher runs confined
+exactly as a cold one, under the job's environment and directory, not those the launcher started
+with; a launcher that cannot take a job leaves the run cold."""
 
 from __future__ import annotations
 
@@ -11,13 +12,29 @@ import time
 
 import pytest
 
-from cuda_agent.sandbox.isolation import Limits, caps, run_confined, start_warm
+from cuda_agent.sandbox.forkserver import start_server
+from cuda_agent.sandbox.isolation import (
+    RUN_MARK,
+    Limits,
+    caps,
+    kill_marked,
+    run_confined,
+    start_warm,
+)
 from cuda_agent.sandbox.warm import WarmPool
 
 PROBE = """
 import json, os, sys, tempfile
 
 IMPORTED_PID = os.getpid()
+
+
+def _open(fd):  # not the listing's own descriptor, closed by now
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
 
 
 def main(argv):
@@ -31,7 +48,14 @@ def main(argv):
         "pid": os.getpid(),
         "imported_pid": IMPORTED_PID,
         "uid": os.getuid(),
+        "fds": sorted(int(f) for f in os.listdir("/proc/self/fd") if _open(int(f))),
+        "environ_mark": [
+            e.decode() for e in open("/proc/self/environ", "rb").read().split(bytes(1))
+            if e.startswith(b"CUDA_AGENT_RUN=")
+        ],
     }
+    if os.environ.get("PROBE_SIGNAL"):
+        os.kill(os.getpid(), int(os.environ["PROBE_SIGNAL"]))
     try:
         open(os.path.join(os.path.dirname(__file__), "written"), "w").write("x")
         out["wrote_module_dir"] = True
@@ -235,10 +259,11 @@ def test_another_path_to_the_same_binary_is_execed(confined_tmp, probe):
     assert got["pid"] == got["imported_pid"]  # imported by the command itself: execed
 
 
-def test_evaluations_through_warm_runners_keep_their_verdicts(cache_dir, scale_add_task):
-    """Every phase of an evaluation from a warm launcher: the same verdicts as cold, a candidate
-    that kills its parent's process group harms only its own phase, and the spares left serve
-    the next candidate."""
+@pytest.mark.parametrize("fork", [True, False], ids=["fork-server", "spares"])
+def test_evaluations_through_warm_runners_keep_their_verdicts(cache_dir, scale_add_task, fork):
+    """Every phase of an evaluation from a warm launcher (forked from the fork server, or a
+    spare): the same verdicts as cold, a candidate that kills its parent's process group harms
+    only its own phase, and the launchers left serve the next candidate."""
     from cuda_agent.records import Status
     from cuda_agent.sandbox import SandboxConfig, evaluate
 
@@ -253,6 +278,7 @@ def test_evaluations_through_warm_runners_keep_their_verdicts(cache_dir, scale_a
         baselines=False,
         timing_config={"time_cap_s": 0.3, "min_samples": 3},
         warm_processes=3,
+        fork_server=fork,
     )
     first = evaluate(kb_candidate(scale_add_task, HONEST), cfg)
     assert first.status == Status.OK, first.message
@@ -286,3 +312,121 @@ def test_warm_processes_setting_is_checked():
         SandboxConfig(warm_processes=-1)
     with pytest.raises(ValueError, match="warm_processes"):
         SandboxConfig.from_dict({"warm_processes": -3})
+
+
+def _job(confined_tmp, env, w, argv=(), timeout_s=30.0, **extra):
+    job = confined_tmp / f"job-{time.monotonic_ns()}"
+    job.mkdir()
+    job.chmod(0o777)
+    return run_confined(
+        [sys.executable, "-m", "warmprobe", *argv],
+        cwd=job,
+        env={**env, "TMPDIR": str(job), **extra},
+        limits=Limits(timeout_s=timeout_s),
+        writable=[job],
+        warm=w,
+    )
+
+
+def test_forked_launchers_run_jobs_confined_each_with_its_own_mark(confined_tmp, probe):
+    lib, env = probe
+    srv = start_server(["warmprobe"], env, confined_tmp)
+    try:
+        assert srv.ready, srv.error
+        runs = []
+        for code in (0, 5):
+            w = srv.spawn()
+            assert w is not None, srv.error
+            out = _job(confined_tmp, env, w, [str(code)], PROBE_X=f"job{code}")
+            assert out.warm and out.returncode == code, out.stderr
+            got = json.loads(out.stdout.strip().splitlines()[-1])
+            runs.append((w, got))
+            assert got["env_x"] == f"job{code}" and got["tmp"].startswith(str(confined_tmp))
+            assert got["imported_pid"] == srv.proc.pid  # imported once, by the server
+            # its own run mark in the block the last sweep reads, not the server's
+            assert got["environ_mark"] == [f"{RUN_MARK}={w.mark}"]
+            # nothing of the server's (its socket, other launchers' status pipes) is open
+            assert got["fds"] == [0, 1, 2], got["fds"]
+            if caps().network_ns:
+                assert out.isolation.get("filesystem", "").startswith("read-only")
+            if caps().drop_user:
+                assert got["uid"] != 0
+        assert runs[0][0].mark != runs[1][0].mark
+        # a sweep for a finished run's mark leaves the server serving
+        assert kill_marked(f"{RUN_MARK}={runs[0][0].mark}") == 0
+        assert srv.alive()
+    finally:
+        srv.close()
+    assert srv.proc.poll() is not None
+
+
+def test_a_forked_launchers_signal_death_and_deadline_are_reported(confined_tmp, probe):
+    lib, env = probe
+    (lib / "sleeper.py").write_text(
+        "import time\n\ndef main(argv):\n    time.sleep(60)\n\n"
+        "if __name__ == '__main__':\n    main([])\n"
+    )
+    srv = start_server(["warmprobe", "sleeper"], env, confined_tmp)
+    try:
+        assert srv.ready, srv.error
+        out = _job(confined_tmp, env, srv.spawn(), PROBE_SIGNAL="11")
+        cold = _job(confined_tmp, env, None, PROBE_SIGNAL="11")
+        assert out.warm and out.returncode == cold.returncode == -11, (out, cold)
+        w = srv.spawn()
+        t = time.monotonic()
+        job = confined_tmp / "sleep"
+        job.mkdir()
+        job.chmod(0o777)
+        out = run_confined(
+            [sys.executable, "-m", "sleeper"],
+            cwd=job,
+            env=env,
+            limits=Limits(timeout_s=2),
+            writable=[job],
+            warm=w,
+        )
+        assert out.warm and out.timed_out and time.monotonic() - t < 15
+        assert w.proc.poll() is not None
+        # the server serves the next job
+        assert _job(confined_tmp, env, srv.spawn()).returncode == 0
+    finally:
+        srv.close()
+
+
+def test_a_launcher_whose_server_died_ends_and_the_pool_starts_another(confined_tmp, probe):
+    lib, env = probe
+    pool = WarmPool(modules=("warmprobe",), fork=True)
+    try:
+        cmd = [sys.executable, "-m", "warmprobe"]
+        w = pool.take(cmd, env)  # waits for the server's import: no cold start beside it
+        assert w is not None, pool.server_errors
+        first = next(iter(pool._servers.values())).server
+        # a per-evaluation directory differs: the same server
+        w2 = pool.take(cmd, {**env, "TMPDIR": str(confined_tmp), "HOME": "/x"})
+        assert w2 is not None and next(iter(pool._servers.values())).server is first
+        w2.discard()
+        first.close()  # its launchers die with it
+        assert w.proc.wait(timeout=10) == -9
+        w.discard()
+        again = pool.take(cmd, env)
+        assert again is not None and next(iter(pool._servers.values())).server is not first
+        assert _job(confined_tmp, env, again).returncode == 0
+        # any other key: a server of its own; not the pool's module: never a launcher
+        assert pool.take(cmd, {**env, "OMP_NUM_THREADS": "3"}) is not None
+        assert len(pool._servers) == 2
+        assert pool.take([sys.executable, "-c", "1"], env) is None
+    finally:
+        pool.close()
+
+
+def test_a_server_that_cannot_import_leaves_runs_cold(confined_tmp, probe):
+    lib, env = probe
+    pool = WarmPool(modules=("no_such_module_here",), fork=True)
+    try:
+        cmd = [sys.executable, "-m", "no_such_module_here"]
+        assert pool.take(cmd, env) is None
+        assert any("No module named" in e for e in pool.server_errors), pool.server_errors
+        assert pool.take(cmd, env) is None  # not tried again for every run
+        assert len(pool.server_errors) == 1
+    finally:
+        pool.close()

@@ -150,6 +150,14 @@ def eval_cmd(
             "more, else 0).",
         ),
     ] = None,
+    fork_server: Annotated[
+        bool,
+        typer.Option(
+            "--fork-server/--no-fork-server",
+            help="Fork every phase's process from one per environment that imported torch "
+            "once (off: --warm-processes decides).",
+        ),
+    ] = True,
 ) -> None:
     """Evaluate candidates: ``sandbox eval < candidates.jsonl > results.jsonl``.
 
@@ -192,6 +200,7 @@ def eval_cmd(
         early_verify=early_start,
         early_time=early_start,
         warm_processes=warm_processes,
+        fork_server=fork_server,
     )
     try:  # a cache the sandbox's user cannot reach would fail every candidate: say so once
         cache_root(cfg)

@@ -48,6 +48,10 @@ class SandboxConfig:
     # where the host has at least 8 cores, else 0: a spare's import takes a core for seconds,
     # which a small machine's running phases need (and a one-off evaluation leaves spares unused)
     warm_processes: int | None = None
+    # every phase's launcher forked from a process per environment that imported the runner and
+    # torch once (forkserver.py): the import is saved, not only moved; where the server cannot
+    # start, phases start cold. Off: ``warm_processes`` decides
+    fork_server: bool = True
 
     def __post_init__(self) -> None:
         if self.warm_processes is not None and self.warm_processes < 0:

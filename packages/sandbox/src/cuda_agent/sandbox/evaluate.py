@@ -243,14 +243,16 @@ def _run_op(
     hidden: list[Path] | None = None,
     extend: Any = None,
     warm: int = 0,
+    fork: bool = False,
 ) -> tuple[Outcome, dict[str, Any]]:
     """Run one runner op; returns the outcome and the op's report ({} when it wrote none).
-    ``warm``: spares per environment of the shared :class:`warm.WarmPool` (0: start cold)."""
+    ``warm``: spares per environment of the shared :class:`warm.WarmPool` (0: start cold);
+    ``fork``: launchers forked from the pool's fork server instead (``warm`` unused)."""
     spec_path = spec_dir / f"{spec['op']}.spec.json"
     spec_path.write_text(json.dumps(spec))
     os.chmod(spec_path, 0o644)
     cmd = [sys.executable, "-m", RUNNER, str(spec_path)]
-    pool = shared_pool(warm)
+    pool = shared_pool(warm, fork)
     spare = pool.take(cmd, env) if pool is not None else None
     t_spawn = time.time()
     out = run_confined(
@@ -532,6 +534,7 @@ def _prepare(p: Prepared, slot: int) -> None:
         slot=slot,
         writable=[tmp, kb_cache, triton],
         warm=cfg.warm_spares(),
+        fork=cfg.fork_server,
     )
     p.stages["compile"] = time.monotonic() - t
     _record_phases(p, "compile", rep)
@@ -972,6 +975,7 @@ def _reference_phase(
             slot=slot,
             writable=[private, shared],
             warm=cfg.warm_spares(),
+            fork=cfg.fork_server,
         )
     p.stages["reference"] = time.monotonic() - t
     _record_phases(p, "reference", rep)
@@ -1055,6 +1059,7 @@ def _run_on_device(
             writable=cand_writable,
             hidden=hidden,
             warm=cfg.warm_spares(),
+            fork=cfg.fork_server,
         )
 
     def verify(

@@ -373,6 +373,16 @@ def kill_uid(uid: int) -> None:
         )
 
 
+def stop_session(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc``, the leader of a session of its own, and its process group; reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        proc.kill()
+    with contextlib.suppress(Exception):
+        proc.wait(timeout=5)
+
+
 @dataclass
 class WarmProcess:
     """A confinement launcher started ahead of need (``jail.py --warm``) that has imported, or is
@@ -388,12 +398,7 @@ class WarmProcess:
 
     def discard(self) -> None:
         """Stop it (unused, or refused by a job)."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            self.proc.kill()
-        with contextlib.suppress(Exception):
-            self.proc.wait(timeout=5)
+        stop_session(self.proc)
         for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             with contextlib.suppress(OSError, AttributeError):
                 f.close()
@@ -439,8 +444,11 @@ class _ExitWaiter:
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc
         self.poller = select.poll()
+        self.fd: int | None = None
+        if hasattr(proc, "exit_fd"):  # a fork server's launcher: its wait blocks on a pipe
+            return
         try:
-            self.fd: int | None = os.pidfd_open(proc.pid)
+            self.fd = os.pidfd_open(proc.pid)
             self.poller.register(self.fd, select.POLLIN)
         except (AttributeError, OSError):
             self.fd = None

@@ -26,6 +26,16 @@ command is ``[this interpreter, "-m", MODULE, ARGS...]`` with MODULE among those
 last step does what ``exec`` would: the job's environment, working directory, ``sys.path[0]``
 and ``sys.argv``, then ``MODULE.main(ARGS)`` in this process (after the same confinement, uid
 drop included); any other command is ``exec``ed. So the import is paid before the job exists.
+
+Fork-server mode (``python jail.py --zygote MODULE[,MODULE...] FD``): import the modules once,
+then serve requests on the socket FD: each request carries a run mark and four descriptors (the
+child's stdin, stdout, stderr, and a pipe for its exit status). The server forks a child that
+takes those as its standard streams, starts a session of its own, closes every descriptor the
+import did not open, and then does what a warm launcher does after its import (one job from
+stdin). The run mark is written into the child's initial environment block before the fork
+(``/proc/PID/environ``, which the last sweep reads, shows that block), so each child carries its
+own; the server waits for its children and writes each one's wait status to its pipe. It ends
+when the socket closes, and with its parent.
 """
 
 import contextlib
@@ -143,12 +153,11 @@ def _read_only_fs(writable: list[str]) -> None:
         raise OSError("/ is still writable")
 
 
-def _warm(modules: list[str]) -> int:
-    """Import ``modules``, then take one job from stdin and run it (see the module docstring)."""
+def _import(modules: list[str]) -> None:
+    """Import ``modules`` as a launcher whose jobs run the first of them (``python -m``)."""
     import importlib
     import warnings
 
-    _die_with_parent()
     # run as a script, sys.path[0] is this package's directory: `python -m` would have the
     # working directory there (set per job below), never the sandbox's own modules
     sys.path[0] = "/"
@@ -161,6 +170,17 @@ def _warm(modules: list[str]) -> int:
     for m in modules[1:]:
         with contextlib.suppress(Exception):
             importlib.import_module(m)
+
+
+def _warm(modules: list[str]) -> int:
+    """Import ``modules``, then take one job from stdin and run it (see the module docstring)."""
+    _die_with_parent()
+    _import(modules)
+    return _one_job(modules)
+
+
+def _one_job(modules: list[str]) -> int:
+    """Read one job from stdin and run it, ``modules`` already imported (never returns)."""
     line = sys.stdin.buffer.readline()
     if not line.strip():
         os._exit(0)  # retired unused (no teardown of what it imported)
@@ -174,6 +194,125 @@ def _warm(modules: list[str]) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
     os._exit(rc)
+
+
+class _EnvironValue:
+    """The bytes of ``NAME``'s value in this process's initial environment block (what
+    ``/proc/self/environ`` shows, and what a child forked from here starts with), rewritable in
+    place with a value of the same length."""
+
+    def __init__(self, name: str) -> None:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        start, end = int(fields[47]), int(fields[48])  # env_start, env_end (fields 50, 51)
+        block = ctypes.string_at(start, end - start)
+        needle = b"\0" + name.encode() + b"="
+        at = (b"\0" + block).find(needle)
+        if at < 0:
+            raise OSError(f"{name} is not in the initial environment")
+        self.addr = start + at + len(needle) - 1
+        self.size = block.index(b"\0", at + len(needle) - 1) - (at + len(needle) - 1)
+
+    def set(self, value: str) -> None:
+        data = value.encode()
+        if len(data) != self.size:
+            raise ValueError(f"a value of {self.size} bytes expected, got {len(data)}")
+        ctypes.memmove(self.addr, data, self.size)
+
+    def check(self, name: str, value: str) -> bool:
+        with open("/proc/self/environ", "rb") as f:
+            return f"\0{name}={value}\0".encode() in b"\0" + f.read()
+
+
+def _open_fds() -> set[int]:
+    listed = [int(n) for n in os.listdir("/proc/self/fd")]
+    open_now = set()
+    for fd in listed:  # not the listing's own descriptor, closed by now
+        with contextlib.suppress(OSError):
+            os.fstat(fd)
+            open_now.add(fd)
+    return open_now
+
+
+def _zygote(modules: list[str], fd: int, mark_name: str) -> int:
+    """Serve forked launchers on the socket ``fd`` (see the module docstring)."""
+    import socket
+
+    _die_with_parent()
+    sock = socket.socket(fileno=fd)
+    try:
+        _import(modules)
+        env_mark = _EnvironValue(mark_name)
+        own = os.environ[mark_name]
+        probe = "f" * env_mark.size
+        env_mark.set(probe)
+        works = env_mark.check(mark_name, probe)
+        env_mark.set(own)
+        if not (works and env_mark.check(mark_name, own)):
+            raise OSError("the environment block could not be rewritten")
+    except BaseException as e:  # noqa: BLE001 - told to the parent, which starts cold instead
+        with contextlib.suppress(OSError):
+            sock.send(json.dumps({"error": f"{type(e).__name__}: {e}"}).encode())
+        return JAIL_FAILED
+    keep = _open_fds() - {fd}  # what the import opened: the children keep those
+    status: dict[int, int] = {}  # child pid -> the write end of its status pipe
+
+    def reap(_sig=None, _frame=None) -> None:
+        while True:
+            try:
+                pid, st = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            w = status.pop(pid, None)
+            if w is not None:
+                with contextlib.suppress(OSError):
+                    os.write(w, f"{st}\n".encode())
+                os.close(w)
+
+    signal.signal(signal.SIGCHLD, reap)
+    sock.send(json.dumps({"ready": os.getpid()}).encode())
+    while True:
+        try:
+            msg, fds, _flags, _addr = socket.recv_fds(sock, 4096, 4)
+        except OSError:
+            break
+        if not msg:
+            break  # the parent closed the socket
+        try:
+            mark = json.loads(msg)["mark"]
+            if len(fds) != 4:
+                raise ValueError(f"4 descriptors expected, got {len(fds)}")
+            env_mark.set(mark)
+        except (ValueError, KeyError, TypeError) as e:
+            for f in fds:
+                os.close(f)
+            sock.send(json.dumps({"error": str(e)}).encode())
+            continue
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # no reaping between the fork and the record of the child's status pipe
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        pid = os.fork()
+        if pid == 0:
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+            os.setsid()
+            for i, f in enumerate(fds[:3]):
+                os.dup2(f, i)
+            for f in _open_fds() - keep - {0, 1, 2}:
+                with contextlib.suppress(OSError):
+                    os.close(f)  # the socket, its own fds, every other child's status pipe
+            os._exit(_one_job(modules))
+        env_mark.set(own)
+        status[pid] = fds[3]
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+        for f in fds[:3]:
+            os.close(f)
+        sock.send(json.dumps({"pid": pid}).encode())
+    return 0
 
 
 def _run_in_process(cfg: dict, cmd: list[str], warm: set) -> bool:
@@ -227,6 +366,8 @@ def main(argv: list[str], warm: set | None = None) -> int:
         return _killall(int(argv[1]))
     if argv and argv[0] == "--warm":
         return _warm([m for m in argv[1].split(",") if m])
+    if argv and argv[0] == "--zygote":
+        return _zygote([m for m in argv[1].split(",") if m], int(argv[2]), argv[3])
     _die_with_parent()
     cfg = json.loads(argv[0])
     cmd = argv[2:] if len(argv) > 1 and argv[1] == "--" else argv[1:]
