@@ -6,6 +6,9 @@ have finished importing and take no CPU from the next one.
 
     python packages/sandbox/benchmarks/warm_ab.py [ROUNDS] [SETTLE_S] [BACKEND]
 
+``WARM_MODE=fork``: the warm arm forks its phases from the fork server
+(``SandboxConfig.fork_server``) instead of taking spares; the cold arm has both off.
+
 Prints one JSON line."""
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from cuda_agent.records import Candidate, Solution, Task
 from cuda_agent.sandbox import SandboxConfig, evaluate
 
 WARM = int(os.environ.get("WARM_N", "3"))
+FORK = os.environ.get("WARM_MODE", "spares") == "fork"
 
 
 def main() -> int:
@@ -43,7 +47,9 @@ def main() -> int:
     warm_used: list[int] = []
 
     def run(name: str) -> None:
-        r = evaluate(cand, cfg.with_(warm_processes=WARM if name == "warm" else 0))
+        warm = name == "warm"
+        r = evaluate(cand, cfg.with_(warm_processes=WARM if warm and not FORK else 0,
+                                     fork_server=warm and FORK))  # fmt: skip
         assert r.status == "ok", r.message
         for k, v in r.meta["stages_s"].items():
             stages[name].setdefault(k, []).append(v)
@@ -60,6 +66,7 @@ def main() -> int:
             {
                 "rounds": rounds,
                 "backend": backend,
+                "warm_mode": "fork" if FORK else f"{WARM} spares",
                 "settle_s": settle,
                 "evaluate_s_median": med,
                 "stage_s_median": {
