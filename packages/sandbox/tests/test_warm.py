@@ -430,3 +430,15 @@ def test_a_server_that_cannot_import_leaves_runs_cold(confined_tmp, probe):
         assert len(pool.server_errors) == 1
     finally:
         pool.close()
+
+
+def test_a_server_whose_import_touched_cuda_refuses_to_serve(confined_tmp, probe):
+    """A module that initialises CUDA at import would leave every forked launcher with a
+    context that does not survive the fork: the server refuses, and runs start cold."""
+    lib, env = probe
+    (lib / "cudaprobe.py").write_text(
+        "import torch\ntorch.cuda.is_initialized = lambda: True\n\ndef main(argv):\n    return 0\n"
+    )
+    srv = start_server(["cudaprobe"], env, confined_tmp)
+    assert not srv.ready and "CUDA was initialised" in srv.error, srv.error
+    assert srv.spawn() is None

@@ -243,6 +243,10 @@ def _zygote(modules: list[str], fd: int, mark_name: str) -> int:
     sock = socket.socket(fileno=fd)
     try:
         _import(modules)
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            # a CUDA context does not survive fork: every launcher would fail in the driver
+            raise RuntimeError("CUDA was initialised by an import; forked launchers cannot use it")
         env_mark = _EnvironValue(mark_name)
         own = os.environ[mark_name]
         probe = "f" * env_mark.size
