@@ -46,9 +46,11 @@ class ForkedProcess:
 
     def __init__(self, pid: int, stdin: int, stdout: int, stderr: int, status: int) -> None:
         self.pid = pid
-        self.stdin = open(stdin, "wb", buffering=0)  # noqa: SIM115 - closed by the caller
-        self.stdout = open(stdout, "rb", buffering=0)  # noqa: SIM115
-        self.stderr = open(stderr, "rb", buffering=0)  # noqa: SIM115
+        # buffered, as ``Popen``'s: a buffered write hands over the whole job however the pipe
+        # splits it
+        self.stdin = open(stdin, "wb")  # noqa: SIM115 - closed by the caller
+        self.stdout = open(stdout, "rb")  # noqa: SIM115
+        self.stderr = open(stderr, "rb")  # noqa: SIM115
         self.returncode: int | None = None
         self._status: int | None = status
         self._buf = b""
