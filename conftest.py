@@ -2,6 +2,7 @@
 every test process (and what it starts) uses one CPU thread per worker; one sandbox build cache
 serves the whole run."""
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -93,3 +94,18 @@ def run_sandbox_cache(tmp_path_factory) -> Path:
     # a run compiles a dozen bindings into it: the cpu backend's precompiled prelude pays at once
     os.environ.setdefault("CUDA_AGENT_PCH_AFTER", "0")
     return d
+
+
+def pytest_sessionfinish(session):
+    """The run's sandbox cache holds the cpu backend's precompiled prelude (about 0.5 GB), and
+    pytest keeps the last three runs' directories: drop the prelude when the run ends (in the
+    process that started the workers, after they are done), unless a kept cache was named."""
+    if hasattr(session.config, "workerinput") or os.environ.get("CUDA_AGENT_SANDBOX_TEST_CACHE"):
+        return
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is None:
+        return
+    import shutil
+
+    with contextlib.suppress(OSError, ValueError):
+        shutil.rmtree(factory.getbasetemp() / "sandbox-cache" / "build" / "pch", ignore_errors=True)

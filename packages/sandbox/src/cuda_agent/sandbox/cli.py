@@ -145,9 +145,9 @@ def eval_cmd(
         typer.Option(
             "--warm-processes",
             min=0,
-            help="Runner processes kept started ahead, per environment, that have already "
-            "imported torch (0: every phase starts cold; default: 3 on hosts with 8 cores or "
-            "more, else 0).",
+            help="With --no-fork-server: runner processes kept started ahead, per environment, "
+            "that have already imported torch (0: every phase starts cold; default: 3 on hosts "
+            "with 8 cores or more, else 0).",
         ),
     ] = None,
     fork_server: Annotated[
