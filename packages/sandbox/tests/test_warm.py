@@ -442,3 +442,24 @@ def test_a_server_whose_import_touched_cuda_refuses_to_serve(confined_tmp, probe
     srv = start_server(["cudaprobe"], env, confined_tmp)
     assert not srv.ready and "CUDA was initialised" in srv.error, srv.error
     assert srv.spawn() is None
+
+
+def test_a_forked_evaluator_starts_pools_of_its_own():
+    """A process forked after pools exist (``multiprocessing`` with fork) must not use them:
+    their starter threads did not survive the fork, their servers answer the parent."""
+    from cuda_agent.sandbox.warm import shared_pool
+
+    pool = shared_pool(0, fork=True)
+    assert shared_pool(0, fork=True) is pool
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        mine = shared_pool(0, fork=True)
+        os.write(w, b"new" if mine is not None and mine is not pool else b"same")
+        os._exit(0)
+    os.close(w)
+    got = os.read(r, 16)
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert got == b"new"

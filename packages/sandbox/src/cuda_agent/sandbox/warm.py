@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import queue
 import shutil
 import sys
@@ -226,6 +227,17 @@ def shared_pool(per_key: int, fork: bool = False) -> WarmPool | None:
             if len(_POOLS) == 1:
                 atexit.register(close_all)
         return pool
+
+
+def _forget_pools_in_child() -> None:
+    """In a child forked from a process with pools: their starter threads did not survive the
+    fork and their fork servers' sockets are the parent's, so the child starts its own."""
+    global _POOLS_LOCK
+    _POOLS_LOCK = threading.Lock()
+    _POOLS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_pools_in_child)
 
 
 def close_all() -> None:
