@@ -189,7 +189,7 @@ class ForkServer:
 
     def spawn(self, timeout: float = 30.0) -> WarmProcess | None:
         """A launcher forked for one job (see :class:`WarmProcess`), or None (``error`` says
-        why; the server is then closed)."""
+        why; a server that did not answer is closed)."""
         if not self.alive():
             return None
         mark = uuid.uuid4().hex
@@ -213,9 +213,10 @@ class ForkServer:
         if reply is None or not isinstance(reply.get("pid"), int):
             for fd in ours:
                 os.close(fd)
-            if reply is not None:
+            if reply is None:  # no answer: the server is gone or stuck
+                self.close()
+            else:  # it refused this one (e.g. out of processes) and serves on
                 self.error = str(reply.get("error", reply))
-            self.close()
             return None
         proc = ForkedProcess(reply["pid"], stdin_w, stdout_r, stderr_r, status_r)
         return WarmProcess(proc=proc, mark=mark)  # type: ignore[arg-type]

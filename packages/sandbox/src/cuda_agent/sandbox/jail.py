@@ -299,7 +299,15 @@ def _zygote(modules: list[str], fd: int, mark_name: str) -> int:
         sys.stderr.flush()
         # no reaping between the fork and the record of the child's status pipe
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as e:  # e.g. out of processes: this request fails, the server serves on
+            env_mark.set(own)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+            for f in fds:
+                os.close(f)
+            sock.send(json.dumps({"error": f"fork: {e}"}).encode())
+            continue
         if pid == 0:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})

@@ -159,8 +159,7 @@ class WarmPool:
                     got = w
                 else:
                     dead.append(w)
-            home = self._home()
-            base = {**env, **{k: str(home) for k in VOLATILE if k in env and k != RUN_MARK}}
+            base = self._base_env(env)
             for _ in range(self.per_key - len(spares) - self._pending.get(key, 0)):
                 self._pending[key] = self._pending.get(key, 0) + 1
                 self._orders.put((key, base, None))
@@ -169,6 +168,8 @@ class WarmPool:
         return got
 
     def _base_env(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` with the per-evaluation directories pointed at the pool's own (a launcher
+        reads the job's when the job comes)."""
         home = self._home()
         return {**env, **{k: str(home) for k in VOLATILE if k in env and k != RUN_MARK}}
 
@@ -177,9 +178,11 @@ class WarmPool:
             if self.closed:
                 return None
             slot = self._servers.get(key)
-            if slot is None or (
-                slot.done.is_set() and slot.server is not None and not slot.server.alive()
-            ):
+            dead = slot is not None and slot.done.is_set() and slot.server is not None
+            dead = dead and not slot.server.alive()  # type: ignore[union-attr]
+            if dead:
+                slot.server.close()  # type: ignore[union-attr]  # its socket, its process
+            if slot is None or dead:
                 slot = self._servers[key] = _Server()
                 self._orders.put((key, self._base_env(env), slot))
         if not slot.done.wait(wait_s) or slot.server is None:
