@@ -314,12 +314,12 @@ def test_warm_processes_setting_is_checked():
         SandboxConfig.from_dict({"warm_processes": -3})
 
 
-def _job(confined_tmp, env, w, argv=(), timeout_s=30.0, **extra):
+def _job(confined_tmp, env, w, argv=(), timeout_s=30.0, module="warmprobe", **extra):
     job = confined_tmp / f"job-{time.monotonic_ns()}"
     job.mkdir()
     job.chmod(0o777)
     return run_confined(
-        [sys.executable, "-m", "warmprobe", *argv],
+        [sys.executable, "-m", module, *argv],
         cwd=job,
         env={**env, "TMPDIR": str(job), **extra},
         limits=Limits(timeout_s=timeout_s),
@@ -374,17 +374,7 @@ def test_a_forked_launchers_signal_death_and_deadline_are_reported(confined_tmp,
         assert out.warm and out.returncode == cold.returncode == -11, (out, cold)
         w = srv.spawn()
         t = time.monotonic()
-        job = confined_tmp / "sleep"
-        job.mkdir()
-        job.chmod(0o777)
-        out = run_confined(
-            [sys.executable, "-m", "sleeper"],
-            cwd=job,
-            env=env,
-            limits=Limits(timeout_s=2),
-            writable=[job],
-            warm=w,
-        )
+        out = _job(confined_tmp, env, w, timeout_s=2, module="sleeper")
         assert out.warm and out.timed_out and time.monotonic() - t < 15
         assert w.proc.poll() is not None
         # the server serves the next job
