@@ -43,8 +43,8 @@ class SandboxConfig:
     # start the timing process when the verification process has ended well (it waits, after
     # `import torch`, while the parent compares the outputs; cancelled if they fail)
     early_time: bool = True
-    # runner processes started ahead of need, per environment (see warm.py; 0: each phase
-    # starts cold and imports torch on its own clock). None: 3 (one per phase of an evaluation)
+    # with ``fork_server`` off: runner processes started ahead of need, per environment (see
+    # warm.py; 0: each phase starts cold and imports torch on its own clock). None: 3 (one per phase of an evaluation)
     # where the host has at least 8 cores, else 0: a spare's import takes a core for seconds,
     # which a small machine's running phases need (and a one-off evaluation leaves spares unused)
     warm_processes: int | None = None
