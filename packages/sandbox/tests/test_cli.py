@@ -142,3 +142,18 @@ def test_an_unknown_backend_is_refused_not_taken_for_auto():
     assert resolve_backend("cpu") == "cpu" and resolve_backend("cuda") == "cuda"
     with pytest.raises(ValueError, match="expected cuda, cpu or auto"):
         resolve_backend("gpu")
+
+
+def test_caps_says_whether_a_fork_server_starts_here():
+    """`sandbox caps` starts a fork server (importing a small module) and says "ok" or why
+    phases will start cold; on Linux with /proc it starts."""
+    r = subprocess.run(
+        [sys.executable, "-m", "cuda_agent.sandbox.cli", "caps"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert {"root", "drop_user", "network_ns", "cgroup_base"} <= set(got)
+    assert got["fork_server"] == "ok", got["fork_server"]

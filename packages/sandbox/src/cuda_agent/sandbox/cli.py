@@ -387,12 +387,21 @@ def _backend_opt(value: str, allowed: tuple[str, ...] = ("cuda", "cpu", "auto"))
 
 @app.command("caps")
 def caps_cmd() -> None:
-    """Print what isolation this machine allows (uid drop, network namespace, pids cgroup)."""
+    """Print what isolation this machine allows (uid drop, network namespace, pids cgroup) and
+    whether a fork server starts here (``fork_server``: "ok", or why phases will start cold)."""
     import json
+    import os
+    import tempfile
 
+    from .forkserver import start_server
     from .isolation import caps
 
-    print(json.dumps(caps().__dict__, indent=1))
+    with tempfile.TemporaryDirectory(prefix="sandbox-caps-") as d:
+        env = {k: v for k in ("PATH", "PYTHONPATH") if (v := os.environ.get(k)) is not None}
+        srv = start_server(["json"], env, d, timeout=60)
+        fork = "ok" if srv.ready else srv.error
+        srv.close()
+    print(json.dumps({**caps().__dict__, "fork_server": fork}, indent=1))
 
 
 @app.command("flags")

@@ -274,6 +274,8 @@ def _run_op(
         report["startup_s"] = round(float(report["t_import"]) - t_spawn, 4)
     report["t_spawn"] = t_spawn
     report["warm"] = out.warm
+    if fork and spare is None and pool is not None and pool.server_errors:
+        report["fork_server_error"] = pool.server_errors[-1][:500]  # why this phase ran cold
     return out, report
 
 
@@ -294,6 +296,8 @@ def _record_phases(
     only."""
     if rep.get("warm"):
         p.meta.setdefault("warm_phases", []).append(stage)
+    if rep.get("fork_server_error"):
+        p.meta["fork_server_error"] = rep["fork_server_error"]
     phases = rep.get("phases_s")
     if not isinstance(phases, dict) or stage not in p.stages:
         return
