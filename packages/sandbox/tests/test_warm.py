@@ -453,3 +453,35 @@ def test_a_forked_evaluator_starts_pools_of_its_own():
     os.close(r)
     os.waitpid(pid, 0)
     assert got == b"new"
+
+
+def test_concurrent_jobs_from_one_server_get_their_own_output_and_status(confined_tmp, probe):
+    """Many threads taking launchers from one server at once: each job's stdout and exit status
+    reach its own caller (the server routes statuses by pid), and the evaluator keeps no
+    descriptor per job."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    lib, env = probe
+    pool = WarmPool(modules=("warmprobe",), fork=True)
+    try:
+        cmd = [sys.executable, "-m", "warmprobe"]
+        first = pool.take(cmd, env)  # the server is up before the count
+        assert first is not None
+        first.discard()
+        fds = len(os.listdir("/proc/self/fd"))
+
+        def one(i: int):
+            out = _job(confined_tmp, env, pool.take(cmd, env), [str(i % 7)], PROBE_X=str(i))
+            return i, out
+
+        with ThreadPoolExecutor(6) as ex:
+            results = list(ex.map(one, range(36)))
+        for i, out in results:
+            assert out.warm and out.returncode == i % 7, (i, out)
+            assert json.loads(out.stdout.strip().splitlines()[-1])["env_x"] == str(i)
+        import gc
+
+        gc.collect()
+        assert len(os.listdir("/proc/self/fd")) <= fds + 1
+    finally:
+        pool.close()
