@@ -44,9 +44,10 @@ class SandboxConfig:
     # `import torch`, while the parent compares the outputs; cancelled if they fail)
     early_time: bool = True
     # with ``fork_server`` off: runner processes started ahead of need, per environment (see
-    # warm.py; 0: each phase starts cold and imports torch on its own clock). None: 3 (one per phase of an evaluation)
-    # where the host has at least 8 cores, else 0: a spare's import takes a core for seconds,
-    # which a small machine's running phases need (and a one-off evaluation leaves spares unused)
+    # warm.py; 0: each phase starts cold and imports torch on its own clock). None: 3 (one per
+    # phase of an evaluation) where the host has at least 8 cores, else 0: a spare's import
+    # takes a core for seconds, which a small machine's running phases need (and a one-off
+    # evaluation leaves spares unused)
     warm_processes: int | None = None
     # every phase's launcher forked from a process per environment that imported the runner and
     # torch once (forkserver.py): the import is saved, not only moved; where the server cannot

@@ -29,8 +29,6 @@ from pathlib import Path
 
 from .isolation import JAIL, RUN_MARK, WarmProcess, stop_session
 
-_MARK_SIZE = len(uuid.uuid4().hex)
-
 
 def _returncode(status: int) -> int:
     """A wait status as ``Popen.returncode`` has it (a signal death negative)."""
@@ -41,8 +39,10 @@ def _returncode(status: int) -> int:
 
 class ForkedProcess:
     """``Popen``'s part that :func:`isolation.run_confined` uses, for a launcher the fork server
-    started: ``pid``, ``stdin``/``stdout``/``stderr``, ``poll``, ``wait``, ``kill``, and
-    ``exit_fd`` (readable once it has exited) to wait on."""
+    started: ``pid``, ``stdin``/``stdout``/``stderr``, ``poll``, ``wait``, ``kill``."""
+
+    # its ``wait(timeout)`` blocks on the status pipe (no pidfd needed to wait without polling)
+    waits_on_pipe = True
 
     def __init__(self, pid: int, stdin: int, stdout: int, stderr: int, status: int) -> None:
         self.pid = pid
@@ -59,10 +59,6 @@ class ForkedProcess:
         except (AttributeError, OSError):
             self._pidfd = None
         self._lock = threading.Lock()
-
-    def exit_fd(self) -> int | None:
-        """A descriptor that polls readable once the process has exited (None: it has)."""
-        return self._status
 
     def _read_status(self, timeout: float | None) -> None:
         with self._lock:
@@ -125,7 +121,6 @@ class ForkServer:
         cwd: str | os.PathLike[str],
         log: str | os.PathLike[str] | None = None,
     ) -> None:
-        self.modules = tuple(modules)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._sock = ours
         self._lock = threading.Lock()
@@ -191,9 +186,9 @@ class ForkServer:
         """A launcher forked for one job (see :class:`WarmProcess`), or None (``error`` says
         why; a server that did not answer is closed)."""
         if not self.alive():
+            self.error = self.error or "the fork server is not running"
             return None
         mark = uuid.uuid4().hex
-        assert len(mark) == _MARK_SIZE
         stdin_r, stdin_w = os.pipe()
         stdout_r, stdout_w = os.pipe()
         stderr_r, stderr_w = os.pipe()

@@ -445,7 +445,7 @@ class _ExitWaiter:
         self.proc = proc
         self.poller = select.poll()
         self.fd: int | None = None
-        if hasattr(proc, "exit_fd"):  # a fork server's launcher: its wait blocks on a pipe
+        if getattr(proc, "waits_on_pipe", False):  # a fork server's launcher (forkserver.py)
             return
         try:
             self.fd = os.pidfd_open(proc.pid)

@@ -202,6 +202,7 @@ class _EnvironValue:
     place with a value of the same length."""
 
     def __init__(self, name: str) -> None:
+        self.name = name
         with open("/proc/self/stat", "rb") as f:
             stat = f.read()
         fields = stat[stat.rindex(b")") + 2 :].split()
@@ -220,9 +221,10 @@ class _EnvironValue:
             raise ValueError(f"a value of {self.size} bytes expected, got {len(data)}")
         ctypes.memmove(self.addr, data, self.size)
 
-    def check(self, name: str, value: str) -> bool:
+    def check(self, value: str) -> bool:
+        """Whether ``/proc/self/environ`` now shows ``value``."""
         with open("/proc/self/environ", "rb") as f:
-            return f"\0{name}={value}\0".encode() in b"\0" + f.read()
+            return f"\0{self.name}={value}\0".encode() in b"\0" + f.read()
 
 
 def _open_fds() -> set[int]:
@@ -251,9 +253,9 @@ def _zygote(modules: list[str], fd: int, mark_name: str) -> int:
         own = os.environ[mark_name]
         probe = "f" * env_mark.size
         env_mark.set(probe)
-        works = env_mark.check(mark_name, probe)
+        works = env_mark.check(probe)
         env_mark.set(own)
-        if not (works and env_mark.check(mark_name, own)):
+        if not (works and env_mark.check(own)):
             raise OSError("the environment block could not be rewritten")
     except BaseException as e:  # noqa: BLE001 - told to the parent, which starts cold instead
         with contextlib.suppress(OSError):
@@ -276,6 +278,11 @@ def _zygote(modules: list[str], fd: int, mark_name: str) -> int:
                     os.write(w, f"{st}\n".encode())
                 os.close(w)
 
+    def refuse(fds: list[int], why: str) -> None:
+        for f in fds:
+            os.close(f)
+        sock.send(json.dumps({"error": why}).encode())
+
     signal.signal(signal.SIGCHLD, reap)
     sock.send(json.dumps({"ready": os.getpid()}).encode())
     while True:
@@ -291,9 +298,7 @@ def _zygote(modules: list[str], fd: int, mark_name: str) -> int:
                 raise ValueError(f"4 descriptors expected, got {len(fds)}")
             env_mark.set(mark)
         except (ValueError, KeyError, TypeError) as e:
-            for f in fds:
-                os.close(f)
-            sock.send(json.dumps({"error": str(e)}).encode())
+            refuse(fds, str(e))
             continue
         sys.stdout.flush()
         sys.stderr.flush()
@@ -304,9 +309,7 @@ def _zygote(modules: list[str], fd: int, mark_name: str) -> int:
         except OSError as e:  # e.g. out of processes: this request fails, the server serves on
             env_mark.set(own)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
-            for f in fds:
-                os.close(f)
-            sock.send(json.dumps({"error": f"fork: {e}"}).encode())
+            refuse(fds, f"fork: {e}")
             continue
         if pid == 0:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)

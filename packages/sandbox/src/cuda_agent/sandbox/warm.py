@@ -24,6 +24,7 @@ costs, and no second import); one whose server could not start runs cold.
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import os
 import queue
@@ -78,7 +79,8 @@ class WarmPool:
         self.per_key = per_key
         self.fork = fork
         self._servers: dict[tuple, _Server] = {}
-        self.server_errors: list[str] = []
+        # why fork servers did not start or serve, newest last (the last few)
+        self.server_errors: collections.deque[str] = collections.deque(maxlen=20)
         self._spares: dict[tuple, list[WarmProcess]] = {}
         self._pending: dict[tuple, int] = {}
         self._lock = threading.Lock()
@@ -142,8 +144,9 @@ class WarmPool:
         return tuple(sorted((k, v) for k, v in env.items() if k not in VOLATILE))
 
     def take(self, cmd: Sequence[str], env: dict[str, str]) -> WarmProcess | None:
-        """A spare for ``cmd`` (``[sys.executable, "-m", RUNNER, ...]``) under ``env``, or None
-        (start it cold); either way the spares for ``env`` are topped up to ``per_key``."""
+        """A launcher for ``cmd`` (``[sys.executable, "-m", RUNNER, ...]``) under ``env``, or None
+        (start it cold): forked from ``env``'s fork server (``fork``; its first take waits for the
+        server's import), else a spare, the spares for ``env`` then topped up to ``per_key``."""
         if len(cmd) < 3 or cmd[0] != sys.executable or cmd[1] != "-m" or cmd[2] != self.modules[0]:
             return None
         key = self.key(env)
