@@ -409,6 +409,34 @@ def test_a_launcher_whose_server_died_ends_and_the_pool_starts_another(confined_
         pool.close()
 
 
+def test_servers_beyond_the_cap_stop_the_least_recently_used_idle_one(confined_tmp, probe):
+    """Each server holds an imported interpreter: past ``max_servers`` a new environment stops
+    the idle server used longest ago, never one whose launcher is still running a job."""
+    lib, env = probe
+    pool = WarmPool(modules=("warmprobe",), fork=True, max_servers=2)
+    cmd = [sys.executable, "-m", "warmprobe"]
+    envs = [{**env, "OMP_NUM_THREADS": str(i)} for i in range(4)]
+    try:
+        for e in envs[:2]:
+            assert _job(confined_tmp, e, pool.take(cmd, e)).returncode == 0, pool.server_errors
+        first, second = (s.server for s in pool._servers.values())
+        held = pool.take(cmd, envs[1])  # a launcher of the second server, not yet ended
+        assert held is not None
+        assert _job(confined_tmp, envs[2], pool.take(cmd, envs[2])).returncode == 0
+        assert len(pool._servers) == 2 and first.proc.wait(timeout=10) is not None
+        assert second.alive()  # used less recently than the third, but busy: kept
+        # every server busy: the pool goes over its cap rather than kill a job
+        held3 = pool.take(cmd, envs[2])
+        assert held3 is not None
+        assert _job(confined_tmp, envs[3], pool.take(cmd, envs[3])).returncode == 0
+        assert len(pool._servers) == 3 and second.alive()
+        # the held launcher still runs its job, on the server that forked it
+        assert _job(confined_tmp, envs[1], held).returncode == 0
+        assert _job(confined_tmp, envs[2], held3).returncode == 0
+    finally:
+        pool.close()
+
+
 def test_a_server_that_cannot_import_leaves_runs_cold(confined_tmp, probe):
     lib, env = probe
     pool = WarmPool(modules=("no_such_module_here",), fork=True)

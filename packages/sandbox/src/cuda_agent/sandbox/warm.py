@@ -18,7 +18,9 @@ With ``fork=True`` (the default of the evaluation, ``SandboxConfig.fork_server``
 instead one :class:`forkserver.ForkServer` per environment, which imports once and forks a
 launcher per phase: the import is then saved, not only moved (about 3 s of CPU per phase on a
 small host). A phase whose server is still importing waits for it (about what a cold start
-costs, and no second import); one whose server could not start runs cold.
+costs, and no second import); one whose server could not start runs cold. A pool keeps at
+most ``max_servers`` servers (each holds an imported torch, a few hundred MB): a new
+environment beyond that stops the least recently used server that has no launcher running.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -61,11 +65,22 @@ VOLATILE = (
 
 
 class _Server:
-    """A fork server being started for one environment key."""
+    """A fork server being started for one environment key, and the launchers it forked."""
 
     def __init__(self) -> None:
         self.done = threading.Event()
         self.server: ForkServer | None = None
+        self.last_used = time.monotonic()
+        # weak: a job's pipes close when its caller drops it, not when the server goes
+        self.launchers: list[weakref.ref] = []
+
+    def busy(self) -> bool:
+        """Whether it is starting or a launcher it forked has not ended (stopping the server
+        would kill that launcher's job)."""
+        if not self.done.is_set():
+            return True
+        self.launchers = [r for r in self.launchers if (p := r()) is not None and p.poll() is None]
+        return bool(self.launchers)
 
 
 class WarmPool:
@@ -73,11 +88,16 @@ class WarmPool:
     server per environment; thread-safe."""
 
     def __init__(
-        self, modules: Sequence[str] = RUNNER_MODULES, per_key: int = 2, fork: bool = False
+        self,
+        modules: Sequence[str] = RUNNER_MODULES,
+        per_key: int = 2,
+        fork: bool = False,
+        max_servers: int = 16,
     ) -> None:
         self.modules = tuple(modules)
         self.per_key = per_key
         self.fork = fork
+        self.max_servers = max(1, max_servers)
         self._servers: dict[tuple, _Server] = {}
         # why fork servers did not start or serve, newest last (the last few)
         self.server_errors: collections.deque[str] = collections.deque(maxlen=20)
@@ -185,9 +205,15 @@ class WarmPool:
             dead = dead and not slot.server.alive()  # type: ignore[union-attr]
             if dead:
                 slot.server.close()  # type: ignore[union-attr]  # its socket, its process
+            evicted = None
             if slot is None or dead:
+                if slot is None:
+                    evicted = self._evict_one()
                 slot = self._servers[key] = _Server()
                 self._orders.put((key, self._base_env(env), slot))
+            slot.last_used = time.monotonic()
+        if evicted is not None:
+            evicted.close()
         if not slot.done.wait(wait_s) or slot.server is None:
             return None  # could not start (``server_errors``): this run starts cold
         w = slot.server.spawn()
@@ -195,7 +221,21 @@ class WarmPool:
             self.server_errors.append(slot.server.error)
         else:
             self.started += 1
+            with self._lock:
+                slot.launchers.append(weakref.ref(w.proc))
         return w
+
+    def _evict_one(self) -> ForkServer | None:
+        """With the lock held and ``max_servers`` reached: forget the least recently used
+        server with no launcher running and return it for closing (None: every one is busy,
+        and the pool goes over its cap rather than kill a job)."""
+        if len(self._servers) < self.max_servers:
+            return None
+        idle = [(s.last_used, k) for k, s in self._servers.items() if not s.busy()]
+        if not idle:
+            return None
+        slot = self._servers.pop(min(idle)[1])
+        return slot.server
 
     def close(self) -> None:
         """Stop every spare and remove the pool's directory."""
