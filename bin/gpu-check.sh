@@ -11,6 +11,7 @@
 #   WARM_ORDER="cold fork" D_N=14 LANE0="sandbox-warm" bash bin/gpu-check.sh  # fork server vs cold
 #   OPSYNTH_FROM=.gpu-data/opsynth-run RESUME=1 LANE0="opsynth" bash bin/gpu-check.sh  # continue a run
 #   TESTS="packages/profiler/tests/test_gpu.py" LANE0="tests sandbox-ab" bash bin/gpu-check.sh  # pytest files, then A+B
+#   TOOL_ROUNDS=6 LANE0="tool-compile" bash bin/gpu-check.sh                          # agent compile tool vs load()
 #   B_ONLY_INLINE=1 B_INLINE_ROUNDS=3 LANE0="sandbox-b" bash bin/gpu-check.sh          # cold load_inline pairs
 #
 # Lanes run in parallel, each pinned to one GPU (LANE0 on GPU 0, LANE1 on GPU 1) unless its
@@ -85,6 +86,12 @@ sec_sandbox-warm() {  # the same batch with runner processes forked from a fork 
     CUDA_AGENT_SANDBOX_CACHE=$c-$h CUDA_AGENT_CACHE=$c-$h-base SECTIONS=D D_N=${D_N:-20} D_TAG=${h^^} D_WARM=$n D_FORK=$f D_GPUS=0 \
       python3 packages/sandbox/benchmarks/gpu_check.py "$1/$h" "$half"
   done
+}
+sec_tool-compile() {  # the agent's compile tool vs load() as whole processes, kernel-body edits
+  # (fresh tool cache: its first, untimed build makes the prelude)
+  ( cd packages/sandbox/benchmarks && CUDA_AGENT_SANDBOX_CACHE=/tmp/tool-ab-cache-$$ \
+    python3 tool_compile_ab.py ${TOOL_ROUNDS:-6} cuda ) > "$1/tool_compile_ab.json"
+  cat "$1/tool_compile_ab.json"
 }
 sec_gen-probe() {  # why the first generate calls of a process are slow on the GPU (docs/benchmarks-ppo.md)
   local v
@@ -167,6 +174,7 @@ run_lane() {  # run_lane GPU SECTIONS...
       kbeval) [ "$lim" -gt 450 ] && lim=450 ;;
       opsynth) [ "$lim" -gt "${OPSYNTH_CAP:-240}" ] && lim=${OPSYNTH_CAP:-240} ;;
       gen-probe) [ "$lim" -gt 300 ] && lim=300 ;;
+      tool-compile) [ "$lim" -gt 240 ] && lim=240 ;;
     esac
     if [ "$lim" -lt 30 ]; then say "$s: skipped ($(left)s left)"; echo "$s skipped" >> "$OUT/sections.txt"; continue; fi
     mkdir -p "$OUT/$s"

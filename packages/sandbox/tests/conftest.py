@@ -66,11 +66,11 @@ def warm_build(cache_dir, scale_add_task, scale_add_files):
     from cuda_agent.sandbox.workspace import materialise
 
     c = workdir_candidate(scale_add_task, scale_add_files)
-    work = (
-        materialise(c.task, c.solution, cache_dir / "warm-work", "cpu")
-        if not (cache_dir / "warm-work").exists()
-        else cache_dir / "warm-work"
-    )
+    # a tree per xdist worker (two workers materialising one directory raced); the object
+    # cache they build into is shared, and safe for that
+    work = cache_dir / f"warm-work-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+    if not work.exists():
+        materialise(c.task, c.solution, work, "cpu")
     res = build_workdir(
         work,
         work / "build",
