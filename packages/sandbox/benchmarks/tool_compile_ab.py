@@ -4,9 +4,10 @@
 common iteration; a new constant each time, so nothing is a cache hit), alternating.
 
 Arms:
-  tool         ``utils/compile.py``, torch's facts read from the toolchain cache (no ``import
-               torch``; the default since session 14)
-  tool_import  the same with that cache entry removed first (the tool imports torch, as before)
+  tool         ``utils/compile.py``, torch's facts and the GPU's capability read from the
+               toolchain cache (no ``import torch``, no nvidia-smi; the default since session 14)
+  tool_import  the same with torch's entry removed first (the tool imports torch, as before
+               session 14; the capability stays cached)
   load         ``load()`` with its build directory kept (ninja rebuilds the one ``.cu``); its
                process also prints the ``load()`` call alone (``load_call_s``, torch imported)
 
@@ -42,6 +43,7 @@ from cuda_agent.sandbox.workspace import create_workspace
 
 FIX = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "gpu_fused"
 BODY = "fminf(fmaxf((a + b) * s, -3.0f), 3.0f)"
+SALT = os.getpid() % 100000  # the tool's cache outlives a run: every run's constants are new
 
 
 def edit(cu: Path, n: int) -> None:
@@ -49,7 +51,7 @@ def edit(cu: Path, n: int) -> None:
     text = (FIX / "kernels" / "fused.cu").read_text()
     assert BODY in text
     cu.chmod(0o644)
-    cu.write_text(text.replace(BODY, f"fminf(fmaxf((a + b) * s, -3.{n:04d}f), 3.0f)"))
+    cu.write_text(text.replace(BODY, f"fminf(fmaxf((a + b) * s, -3.{SALT:05d}{n:03d}f), 3.0f)"))
 
 
 def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
@@ -111,6 +113,12 @@ def main() -> int:
                 s, out = timed(tool, ws, env)
                 assert "BUILD OK" in out and "fused.cu (cuda, cached)" not in out, out[-1500:]
             times[arm].append(s)
+    # where one more tool run's time goes (cProfile of the tool process, top of the list)
+    edit(ws / "kernels" / "fused.cu", n + 1)
+    _, prof = timed([sys.executable, "-m", "cProfile", "-s", "cumulative", *tool[1:]], ws, env)
+    lines = prof.splitlines()
+    start = next((i for i, ln in enumerate(lines) if "ncalls" in ln), 0)
+    profile = [ln.rstrip() for ln in lines[: start + 30] if ln.strip()]
     med = {k: round(statistics.median(v), 3) for k, v in times.items()}
     med["load_call"] = round(statistics.median(load_call), 3)
     print(
@@ -124,6 +132,7 @@ def main() -> int:
                 "load_call/tool": round(med["load_call"] / med["tool"], 2),
                 "tool_import/tool": round(med["tool_import"] / med["tool"], 2),
                 "all_s": times,
+                "tool_profile": profile,
             }
         )
     )

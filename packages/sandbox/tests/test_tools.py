@@ -93,3 +93,44 @@ def test_torch_facts_are_imported_once_per_installation(tmp_path):
     fixed, imported = facts()
     assert fixed == first and imported
     assert json.loads(entry.read_text()) == first
+
+
+CAPABILITY = (
+    "from cuda_agent.sandbox.toolchain import device_capability\nprint(device_capability())\n"
+)
+
+
+def test_the_gpus_capability_is_asked_once_per_boot(tmp_path):
+    """nvidia-smi (slow where the driver is not kept loaded) answers once per boot and set of
+    visible devices; later processes read the cache; a failed query is asked again. (nvidia-smi
+    itself cannot run on a machine without a GPU: a script in its place counts the calls.)"""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\necho x >> {calls}\ncat {tmp_path}/answer\n')
+    smi.chmod(0o755)
+    env = dict(os.environ, CUDA_AGENT_SANDBOX_CACHE=str(tmp_path / "cache"))
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    env.pop("CUDA_AGENT_ARCH", None)
+
+    def ask(**extra):
+        p = subprocess.run(
+            [sys.executable, "-c", CAPABILITY],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert p.returncode == 0, p.stderr[-2000:]
+        n = len(calls.read_text().split()) if calls.exists() else 0
+        return p.stdout.strip().splitlines()[-1], n
+
+    (tmp_path / "answer").write_text("9.0\n")
+    assert ask(CUDA_VISIBLE_DEVICES="0") == ("(9, 0)", 1)
+    assert ask(CUDA_VISIBLE_DEVICES="0") == ("(9, 0)", 1)  # from the cache
+    assert ask(CUDA_VISIBLE_DEVICES="1") == ("(9, 0)", 2)  # other devices: asked
+    assert ask(CUDA_VISIBLE_DEVICES="0", CUDA_AGENT_ARCH="8.0") == ("(8, 0)", 2)
+    (tmp_path / "answer").write_text("no devices were found\n")
+    got, n = ask(CUDA_VISIBLE_DEVICES="7")  # nvidia-smi gives no capability: not kept
+    assert ask(CUDA_VISIBLE_DEVICES="7")[1] == n + 1

@@ -513,3 +513,23 @@ def test_concurrent_jobs_from_one_server_get_their_own_output_and_status(confine
         assert len(os.listdir("/proc/self/fd")) <= fds + 1
     finally:
         pool.close()
+
+
+def test_cpp_extension_is_imported_ahead_only_where_no_gpu_is_visible():
+    """Importing ``torch.utils.cpp_extension`` initialises the CUDA driver (it asks
+    ``torch.cuda.is_available()``), after which a forked process cannot use CUDA: only launchers
+    whose environment hides every GPU (the kernelbench compile phase, the cpu backend) get it."""
+    from cuda_agent.sandbox.warm import NO_GPU_MODULES, RUNNER_MODULES
+
+    pool = WarmPool(fork=True)
+    try:
+        extra = set(NO_GPU_MODULES)
+        assert extra <= set(pool.modules_for({"CUDA_VISIBLE_DEVICES": ""}))
+        for env in ({"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "GPU-1,GPU-2"}, {}):
+            assert not extra & set(pool.modules_for(env)), env
+        assert pool.modules_for({"CUDA_VISIBLE_DEVICES": "0"}) == RUNNER_MODULES
+        other = WarmPool(modules=("warmprobe",), fork=True)
+        assert other.modules_for({"CUDA_VISIBLE_DEVICES": ""}) == ("warmprobe",)
+        other.close()
+    finally:
+        pool.close()

@@ -246,9 +246,11 @@ def op_reference(spec: dict[str, Any], report: dict[str, Any]) -> None:
 def op_compile(spec: dict[str, Any], report: dict[str, Any]) -> None:
     from . import kbcache
 
-    kbcache.install(spec["kb_cache"])
+    with _phase(report, "install"):
+        kbcache.install(spec["kb_cache"])
     try:
-        _load_model_new(spec)
+        with _phase(report, "load_model_new"):  # its builds (or cache hits) happen here
+            _load_model_new(spec)
         report["import_ok"] = True
     except BaseException as e:  # noqa: BLE001 - an import failure that is not a build failure is deferred
         report["import_ok"] = False

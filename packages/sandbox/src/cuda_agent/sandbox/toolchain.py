@@ -177,14 +177,44 @@ def cuda_lib_dirs() -> list[str]:
     return [str(d) for d in dirs if d.exists()]
 
 
+def _boot_key() -> str | None:
+    """A key of this machine since its last boot (its GPUs cannot have changed within one), or
+    None where the kernel does not say."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+    seen = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+    return hashlib.sha256(f"{os.uname().nodename}\0{boot}\0{seen}".encode()).hexdigest()[:24]
+
+
 @functools.lru_cache(maxsize=1)
 def device_capability() -> tuple[int, int] | None:
-    """Compute capability of the first visible GPU (nvidia-smi; torch in a subprocess as a
-    fallback), or ``None`` without a GPU."""
+    """Compute capability of the first visible GPU, or ``None`` without a GPU. Asked of
+    nvidia-smi (torch in a subprocess as a fallback) once per boot of the machine: later
+    processes read the answer from the cache (nvidia-smi takes seconds where the driver is not
+    kept loaded); "no GPU" is not kept. ``$CUDA_AGENT_ARCH`` (e.g. ``9.0``) overrides it, to cross-compile."""
     env_arch = os.environ.get("CUDA_AGENT_ARCH")  # e.g. "9.0" to cross-compile without a GPU
     if env_arch:
         a, b = env_arch.split(".")
         return int(a), int(b)
+    key = _boot_key()
+    path = default_cache_dir() / "toolchain" / f"gpu-{key}.json" if key else None
+    if path is not None:
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            a, b = json.loads(path.read_text())["capability"]
+            return int(a), int(b)
+    cap = _query_capability()
+    if path is not None and cap is not None:  # "no GPU" may be a failed query: asked again
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            tmp.write_text(json.dumps({"capability": cap}))
+            os.replace(tmp, path)
+    return cap
+
+
+def _query_capability() -> tuple[int, int] | None:
     smi = shutil.which("nvidia-smi")
     if smi:
         try:

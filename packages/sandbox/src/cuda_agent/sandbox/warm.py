@@ -53,6 +53,10 @@ RUNNER_MODULES = (
     "cuda_agent.sandbox.kbcache",
     "cuda_agent.guards.api",
 )
+# imported too where no GPU is visible (the kernelbench compile phase, the cpu backend): its
+# import (setuptools, about 0.1 s) asks ``torch.cuda.is_available()``, which initialises the
+# CUDA driver, and a process forked after that cannot use CUDA, so never where a GPU is visible
+NO_GPU_MODULES = ("torch.utils.cpp_extension",)
 # environment keys that differ per evaluation and are read where used, not at import
 VOLATILE = (
     "HOME",
@@ -126,7 +130,7 @@ class WarmPool:
                 self._start_server(server, env)
                 continue
             try:
-                w = start_warm(self.modules, env, self._home())
+                w = start_warm(self.modules_for(env), env, self._home())
             except OSError:
                 w = None
             with self._lock:
@@ -141,7 +145,7 @@ class WarmPool:
     def _start_server(self, slot: _Server, env: dict[str, str]) -> None:
         srv: ForkServer | None = None
         try:
-            srv = start_server(self.modules, env, self._home())
+            srv = start_server(self.modules_for(env), env, self._home())
         except OSError as e:
             self.server_errors.append(f"fork server not started: {e}")
         if srv is not None and not srv.ready:
@@ -158,6 +162,13 @@ class WarmPool:
         if self._dir is None:
             self._dir = Path(tempfile.mkdtemp(prefix="cuda-agent-warm-"))
         return self._dir
+
+    def modules_for(self, env: dict[str, str]) -> tuple[str, ...]:
+        """What a launcher for ``env`` imports: the pool's modules, and where ``env`` shows no
+        GPU (``CUDA_VISIBLE_DEVICES`` empty) the runner's :data:`NO_GPU_MODULES` too."""
+        if self.modules == RUNNER_MODULES and env.get("CUDA_VISIBLE_DEVICES") == "":
+            return self.modules + NO_GPU_MODULES
+        return self.modules
 
     @staticmethod
     def key(env: dict[str, str]) -> tuple:
