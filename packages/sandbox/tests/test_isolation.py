@@ -176,3 +176,28 @@ def test_confined_processes_die_with_their_evaluator(confined_tmp):
     while _alive_sleep(secs) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive_sleep(secs)
+
+
+def test_a_passed_uid_drop_probe_is_recorded_per_boot_files_and_environment(tmp_path, monkeypatch):
+    """``caps()`` as root imports torch as an unprivileged uid to see that it can (3-4 s per
+    process); a pass is recorded under a key of the boot, the installation and the directories'
+    owners and modes, and read back only from a file no one else can have written."""
+    from cuda_agent.sandbox import isolation
+
+    monkeypatch.setenv("CUDA_AGENT_SANDBOX_CACHE", str(tmp_path / "cache"))
+    env = {"PATH": "/usr/bin:/bin"}
+    rec = isolation._drop_probe_record(env)
+    assert rec is not None and rec == isolation._drop_probe_record(dict(env))
+    assert rec != isolation._drop_probe_record({**env, "PYTHONPATH": "/elsewhere"})
+    assert isolation._read_own(rec) is None
+    isolation._write_own(rec, b"ok")
+    assert isolation._read_own(rec) == b"ok"
+    rec.chmod(0o666)  # writable by others: not trusted
+    assert isolation._read_own(rec) is None
+    rec.chmod(0o644)
+    rec.parent.chmod(0o777)
+    assert isolation._read_own(rec) is None
+    rec.parent.chmod(0o755)
+    link = rec.with_name("link")
+    link.symlink_to(rec)
+    assert isolation._read_own(link) is None and isolation._read_own(rec) == b"ok"

@@ -314,7 +314,7 @@ def test_warm_processes_setting_is_checked():
         SandboxConfig.from_dict({"warm_processes": -3})
 
 
-def _job(confined_tmp, env, w, argv=(), timeout_s=30.0, module="warmprobe", **extra):
+def _job(confined_tmp, env, w, argv=(), timeout_s=30.0, module="warmprobe", slot=0, **extra):
     job = confined_tmp / f"job-{time.monotonic_ns()}"
     job.mkdir()
     job.chmod(0o777)
@@ -325,6 +325,7 @@ def _job(confined_tmp, env, w, argv=(), timeout_s=30.0, module="warmprobe", **ex
         limits=Limits(timeout_s=timeout_s),
         writable=[job],
         warm=w,
+        slot=slot,  # where uids are dropped, the slot's uid: jobs side by side need their own
     )
 
 
@@ -499,7 +500,8 @@ def test_concurrent_jobs_from_one_server_get_their_own_output_and_status(confine
         fds = len(os.listdir("/proc/self/fd"))
 
         def one(i: int):
-            out = _job(confined_tmp, env, pool.take(cmd, env), [str(i % 7)], PROBE_X=str(i))
+            # a slot each: the sweep after a job kills every process of its slot's uid
+            out = _job(confined_tmp, env, pool.take(cmd, env), [str(i % 7)], slot=i, PROBE_X=str(i))
             return i, out
 
         with ThreadPoolExecutor(6) as ex:

@@ -204,12 +204,18 @@ def caps() -> Caps:
         env = {
             k: os.environ[k] for k in ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH") if k in os.environ
         }
-        code = "import torch, msgspec, cuda_agent.sandbox.runner, cuda_agent.profiler.program"
-        rc, err = _probe(
-            {"uid": probe_uid, "require": ["user"], "env": env, "cwd": "/"},
-            [sys.executable, "-c", code],
-        )
-        drop = rc == 0
+        passed = _drop_probe_record(env)
+        if passed is not None and _read_own(passed) == b"ok":
+            drop = True  # this probe passed before, on this boot, with these files
+        else:
+            code = "import torch, msgspec, cuda_agent.sandbox.runner, cuda_agent.profiler.program"
+            rc, err = _probe(
+                {"uid": probe_uid, "require": ["user"], "env": env, "cwd": "/"},
+                [sys.executable, "-c", code],
+            )
+            drop = rc == 0
+            if drop and passed is not None:
+                _write_own(passed, b"ok")
         drop_why = (
             ""
             if drop
@@ -227,6 +233,62 @@ def caps() -> Caps:
         network_why="" if net else f"no network namespace: {err.strip()[-300:]}",
         cgroup_base=str(cg) if cg else None,
     )
+
+
+def _drop_probe_record(env: dict[str, str]) -> Path | None:
+    """Where a passed uid-drop probe is recorded: a file keyed by this boot, the interpreter,
+    the torch installation, the environment the probe ran with, and the owner and mode of
+    every directory the unprivileged uid must traverse to import what the runner imports
+    (a chmod, a reinstall or a reboot asks again). The probe imports torch as that uid (3-4 s),
+    which every ``sandbox`` process started as root, e.g. each agent tool command, paid."""
+    import hashlib
+
+    from .toolchain import _boot_key, _torch_install_key, default_cache_dir
+
+    boot, torch_key = _boot_key(), _torch_install_key()
+    if boot is None or torch_key is None:
+        return None
+    import importlib.util
+
+    h = hashlib.sha256(f"{boot}\0{torch_key}\0{os.path.realpath(sys.executable)}\0".encode())
+    h.update(json.dumps(env, sort_keys=True).encode())
+    dirs: set[Path] = set()
+    for mod in ("torch", "msgspec", "cuda_agent.sandbox", "cuda_agent.profiler"):
+        with contextlib.suppress(ImportError, ValueError):
+            spec = importlib.util.find_spec(mod)
+            if spec is not None and spec.origin:
+                d = Path(spec.origin).resolve().parent
+                dirs.update([d, *d.parents])
+    dirs.update([Path(os.path.realpath(sys.executable)), *Path(sys.executable).resolve().parents])
+    for d in sorted(dirs):
+        try:
+            st = os.stat(d)
+        except OSError:
+            return None
+        h.update(f"{d}:{st.st_uid}:{st.st_gid}:{st.st_mode}\0".encode())
+    return default_cache_dir() / "toolchain" / f"drop-probe-{h.hexdigest()[:24]}"
+
+
+def _read_own(path: Path) -> bytes | None:
+    """The content of a file only this user can have written (owned by it, in a directory
+    owned by it, neither writable by others), else None."""
+    try:
+        for p in (path.parent, path):
+            st = os.lstat(p)
+            if st.st_uid != os.geteuid() or st.st_mode & 0o022 or stat.S_ISLNK(st.st_mode):
+                return None
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def _write_own(path: Path, data: bytes) -> None:
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_bytes(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
 
 
 def _probe(cfg: dict[str, Any], cmd: list[str]) -> tuple[int, str]:
