@@ -93,6 +93,33 @@ def test_torch_facts_are_imported_once_per_installation(tmp_path):
     fixed, imported = facts()
     assert fixed == first and imported
     assert json.loads(entry.read_text()) == first
+    # an agent tool's process: its own cache empty, the evaluation's readable (never written)
+    env["CUDA_AGENT_SANDBOX_CACHE"] = str(tmp_path / "tools-cache")
+    env["CUDA_AGENT_SANDBOX_READ_CACHE"] = str(tmp_path)
+    tool, imported = facts()
+    assert tool == first and not imported
+    assert not (tmp_path / "tools-cache").exists()
+
+
+def test_workspaces_find_torchs_facts_in_the_trusted_cache(tmp_path):
+    """``prepare_trusted_cache`` (where workspaces are made) records torch's facts in the
+    evaluation's cache, so even an agent's first tool command imports no torch for them."""
+    from cuda_agent.sandbox.config import SandboxConfig
+    from cuda_agent.sandbox.execute import prepare_trusted_cache, trusted_cache_root
+
+    cfg = SandboxConfig(backend="cpu", cache_dir=str(tmp_path / "trusted"))
+    prepare_trusted_cache("cpu", cfg)
+    env = dict(
+        os.environ,
+        CUDA_AGENT_SANDBOX_CACHE=str(tmp_path / "tools-cache"),
+        CUDA_AGENT_SANDBOX_READ_CACHE=str(trusted_cache_root(cfg)),
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", TORCH_INFO], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    info, imported = json.loads(p.stdout.strip().splitlines()[-1])
+    assert info["include"] and not imported
 
 
 CAPABILITY = (
@@ -108,7 +135,7 @@ def test_the_gpus_capability_is_asked_once_per_boot(tmp_path):
     bin_dir.mkdir()
     calls = tmp_path / "calls"
     smi = bin_dir / "nvidia-smi"
-    smi.write_text(f'#!/bin/sh\necho x >> {calls}\ncat {tmp_path}/answer\n')
+    smi.write_text(f"#!/bin/sh\necho x >> {calls}\ncat {tmp_path}/answer\n")
     smi.chmod(0o755)
     env = dict(os.environ, CUDA_AGENT_SANDBOX_CACHE=str(tmp_path / "cache"))
     env["PATH"] = f"{bin_dir}:{env['PATH']}"

@@ -28,7 +28,7 @@ from cuda_agent.records.filelock import exclusive_lock
 
 from . import nvcc_split
 from .isolation import Limits, Outcome, cap_text, prepare_writable, run_confined, sandbox_uid
-from .toolchain import Flags, flags_for, torch_info
+from .toolchain import READ_ALSO_ENV, Flags, flags_for, torch_info
 
 HEADER_EXT = (".h", ".hpp", ".cuh", ".inl", ".hh")
 TEMPLATE = Path(__file__).with_name("template")
@@ -83,7 +83,6 @@ def _who(uid: int | None) -> str:
 
 # set by `sandbox exec` for the workspace tools: the trusted evaluation's cache root, which they
 # may read (never write): what the evaluation built is trustworthy input for a tool
-READ_ALSO_ENV = "CUDA_AGENT_SANDBOX_READ_CACHE"
 
 
 class ObjectCache:

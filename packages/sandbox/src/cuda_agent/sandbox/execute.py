@@ -8,8 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .build import READ_ALSO_ENV
 from .isolation import Limits, Outcome, caps, give_tree, run_confined, sandbox_uid
+from .toolchain import READ_ALSO_ENV
 
 if TYPE_CHECKING:
     from .config import SandboxConfig
@@ -35,6 +35,9 @@ KEEP_ENV = (
     # where caches live: the command must resolve the same build cache as this process
     "XDG_CACHE_HOME",
     "TORCH_EXTENSIONS_DIR",
+    # the evaluator's target architecture where it is set by hand (cross-compiling): the tools
+    # must build for the same device, and share its objects
+    "CUDA_AGENT_ARCH",
 )
 
 
@@ -81,6 +84,9 @@ def prepare_trusted_cache(backend: str, config: SandboxConfig | None = None) -> 
     and the fat-binary wrapper of split ``.cu`` compiles (a few seconds, once).
     Called where workspaces are made (``SandboxEnv``, ``sandbox workspace``); returns a note.
     ``config``: the evaluation's :class:`SandboxConfig` (whose cache the tools read)."""
+    from .toolchain import publish_facts
+
+    publish_facts(trusted_cache_root(config), backend)
     if backend != "cuda":
         # built by the evaluations once they have compiled a few bindings (build.pch_after)
         return "pch: cpu backend, built by the evaluations when they have earned it"

@@ -17,6 +17,34 @@ import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# a trusted cache whose entries are read (never written) where this process's own lacks them:
+# what an agent's tool commands get, pointing at the evaluation's cache
+READ_ALSO_ENV = "CUDA_AGENT_SANDBOX_READ_CACHE"
+
+
+def _read_fact(name: str) -> object | None:
+    """A recorded fact ``name`` (JSON) from this process's cache, else from the trusted one it
+    may read ($CUDA_AGENT_SANDBOX_READ_CACHE), else None."""
+    dirs = [default_cache_dir()]
+    if os.environ.get(READ_ALSO_ENV):
+        dirs.append(Path(os.environ[READ_ALSO_ENV]))
+    for d in dirs:
+        with contextlib.suppress(OSError, ValueError):
+            return json.loads((d / "toolchain" / name).read_text())
+    return None
+
+
+def _write_fact(name: str, value: object, root: Path | None = None) -> None:
+    """Record ``value`` as fact ``name`` in ``root``'s toolchain directory (default: this
+    process's cache), atomically; a cache it cannot write is left alone."""
+    path = (root or default_cache_dir()) / "toolchain" / name
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(value))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+
 
 def _torch_install_key() -> str | None:
     """A key of the torch installation this interpreter would import, found without importing
@@ -62,22 +90,15 @@ def torch_info() -> dict[str, object]:
     (``<cache>/toolchain/torch-<key>.json``, keyed by the installation: a compile tool then
     starts in a fraction of a second instead of importing torch, 2.5-4 s)."""
     key = _torch_install_key()
-    path = default_cache_dir() / "toolchain" / f"torch-{key}.json" if key else None
-    if path is not None:
-        try:
-            got = json.loads(path.read_text())
-            dirs = [*got["include"], *got["lib"]]
-            if all(isinstance(d, str) and Path(d).is_dir() for d in dirs):
-                return got
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+    name = f"torch-{key}.json"
+    got = _read_fact(name) if key else None
+    with contextlib.suppress(KeyError, TypeError):
+        dirs = [*got["include"], *got["lib"]]  # type: ignore[index]
+        if all(isinstance(d, str) and Path(d).is_dir() for d in dirs):
+            return got  # type: ignore[return-value]
     info = _torch_info_imported()
-    if path is not None:
-        with contextlib.suppress(OSError):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}")
-            tmp.write_text(json.dumps(info))
-            os.replace(tmp, path)
+    if key:
+        _write_fact(name, info)
     return info
 
 
@@ -199,19 +220,27 @@ def device_capability() -> tuple[int, int] | None:
         a, b = env_arch.split(".")
         return int(a), int(b)
     key = _boot_key()
-    path = default_cache_dir() / "toolchain" / f"gpu-{key}.json" if key else None
-    if path is not None:
-        with contextlib.suppress(OSError, ValueError, TypeError):
-            a, b = json.loads(path.read_text())["capability"]
-            return int(a), int(b)
+    got = _read_fact(f"gpu-{key}.json") if key else None
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        a, b = got["capability"]  # type: ignore[index]
+        return int(a), int(b)
     cap = _query_capability()
-    if path is not None and cap is not None:  # "no GPU" may be a failed query: asked again
-        with contextlib.suppress(OSError):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}")
-            tmp.write_text(json.dumps({"capability": cap}))
-            os.replace(tmp, path)
+    if key and cap is not None:  # "no GPU" may be a failed query: asked again
+        _write_fact(f"gpu-{key}.json", {"capability": cap})
     return cap
+
+
+def publish_facts(root: Path, backend: str) -> None:
+    """Record torch's facts (and on ``cuda`` the GPU's capability) in the cache at ``root``,
+    for processes that read it as their trusted cache (an agent's tools: their first command
+    then imports no torch and runs no nvidia-smi either)."""
+    key = _torch_install_key()
+    if key:
+        _write_fact(f"torch-{key}.json", torch_info(), root)
+    boot = _boot_key()
+    cap = device_capability() if backend == "cuda" else None
+    if boot and cap is not None and not os.environ.get("CUDA_AGENT_ARCH"):
+        _write_fact(f"gpu-{boot}.json", {"capability": list(cap)}, root)
 
 
 def _query_capability() -> tuple[int, int] | None:
