@@ -11,6 +11,13 @@ import sys
 from cuda_agent.sandbox.workspace import create_workspace
 
 
+def _run(ws, env, *args: str) -> subprocess.CompletedProcess:
+    """``python ARGS`` in the workspace, as an agent's tool command runs."""
+    return subprocess.run(
+        [sys.executable, *args], cwd=ws, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
 def test_compile_and_verify_tools(warm_build, cache_dir, tmp_path, scale_add_task, scale_add_files):
     ws = create_workspace(scale_add_task, tmp_path / "ws", backend="cpu")
     shutil.rmtree(ws / "kernels")
@@ -18,49 +25,21 @@ def test_compile_and_verify_tools(warm_build, cache_dir, tmp_path, scale_add_tas
         (ws / name).parent.mkdir(parents=True, exist_ok=True)
         (ws / name).write_text(text)
     env = dict(os.environ, CUDA_AGENT_SANDBOX_CACHE=str(cache_dir))
-    p = subprocess.run(
-        [sys.executable, "utils/compile.py"],
-        cwd=ws,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    p = _run(ws, env, "utils/compile.py")
     assert p.returncode == 0 and "BUILD OK" in p.stdout, p.stdout + p.stderr[-2000:]
     assert (ws / "build" / "cuda_extension.so").exists()
     # a later compile (a kernel edited) reads torch's facts from the cache: no import torch
     (ws / "kernels" / "ops.cpp").write_text(scale_add_files["kernels/ops.cpp"] + "\n// edited\n")
-    p = subprocess.run(
-        [sys.executable, "-X", "importtime", "utils/compile.py"],
-        cwd=ws,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    p = _run(ws, env, "-X", "importtime", "utils/compile.py")
     assert p.returncode == 0 and "BUILD OK" in p.stdout, p.stdout + p.stderr[-2000:]
     imported = [ln.rsplit("|", 1)[-1].strip() for ln in p.stderr.splitlines() if "|" in ln]
     assert "cuda_agent.sandbox.build" in imported and "torch" not in imported
-    p = subprocess.run(
-        [sys.executable, "utils/verify.py"],
-        cwd=ws,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    p = _run(ws, env, "utils/verify.py")
     assert p.returncode == 0 and p.stdout.strip().endswith("PASS"), p.stdout + p.stderr[-2000:]
     assert "trial 4" in p.stdout
     # a broken kernel: the compile tool shows the compiler's error and fails
     (ws / "kernels" / "ops.cpp").write_text("int broken( {")
-    p = subprocess.run(
-        [sys.executable, "utils/compile.py"],
-        cwd=ws,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    p = _run(ws, env, "utils/compile.py")
     assert p.returncode == 1 and "BUILD FAILED" in p.stdout and "ops.cpp" in p.stdout
 
 
