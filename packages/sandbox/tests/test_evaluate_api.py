@@ -1,9 +1,13 @@
 """The library API: evaluate() and SandboxPool on the cpu backend; guards wired in."""
 
+import json
+import subprocess
+import sys
+
 from cuda_agent.records import Status
 from cuda_agent.sandbox import SandboxConfig, SandboxPool, evaluate
 
-from .conftest import kb_candidate, workdir_candidate
+from .conftest import FIX, kb_candidate, workdir_candidate
 
 WRONG = 'extern "C" int kernel_run(float* out, const float* x, const float* w, const float* b, long rows, long cols) {\n  for (long i = 0; i < rows * cols; ++i) out[i] = x[i] * w[i % cols];\n  return 0;\n}\n'
 
@@ -163,3 +167,33 @@ def test_timing_starts_while_the_outputs_are_compared(cache_dir, scale_add_task)
     # its import happened before the start signal: not in the stage, unlike the late start
     assert early.meta["phases_s"]["time"]["import_torch"] > 0
     assert early.meta["phases_s"]["time"]["other"] > -0.05, early.meta["phases_s"]["time"]
+
+
+LONE_EVALUATION = """
+import json, sys, threading
+from pathlib import Path
+from cuda_agent.records import Candidate, Solution, Task
+from cuda_agent.sandbox import SandboxConfig, evaluate
+fix = Path(sys.argv[1])
+task = Task.make("scale_add", (fix / "model.py").read_text())
+files = {str(p.relative_to(fix)): p.read_text() for p in sorted(fix.rglob("*"))
+         if p.is_file() and p.name != "model.py"}
+assert "torch" not in sys.modules
+r = evaluate(Candidate(task=task, solution=Solution.make("workdir", files)),
+             SandboxConfig(backend="cpu", timing=False, cache_dir=sys.argv[2]))
+print(json.dumps([r.status, [t.name for t in threading.enumerate()]]))
+"""
+
+
+def test_a_lone_evaluation_imports_torch_beside_the_reference(cache_dir, warm_build):
+    """``evaluate`` in a process without torch imports it in a thread while the reference runs
+    (the comparison needs it) and returns with that thread ended; the verdict is the same."""
+    p = subprocess.run(
+        [sys.executable, "-c", LONE_EVALUATION, str(FIX / "scale_add"), str(cache_dir)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    status, threads = json.loads(p.stdout.strip().splitlines()[-1])
+    assert status == "ok" and "import-torch" not in threads

@@ -535,3 +535,28 @@ def test_cpp_extension_is_imported_ahead_only_where_no_gpu_is_visible():
         other.close()
     finally:
         pool.close()
+
+
+def test_a_prewarmed_server_is_the_one_the_first_phase_forks_from(confined_tmp, probe):
+    """``prewarm`` starts an environment's server without waiting for it; the first take then
+    finds it (one import), and a pool without a fork server ignores it."""
+    lib, env = probe
+    pool = WarmPool(modules=("warmprobe",), fork=True)
+    try:
+        pool.prewarm(env)
+        pool.prewarm({**env, "TMPDIR": "/elsewhere"})  # the same key: nothing more started
+        (slot,) = pool._servers.values()
+        assert slot.done.wait(60) and slot.server is not None and slot.server.alive()
+        w = pool.take([sys.executable, "-m", "warmprobe"], env)
+        assert w is not None and list(pool._servers.values()) == [slot]
+        out = _job(confined_tmp, env, w)
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        assert out.warm and got["imported_pid"] == slot.server.proc.pid
+    finally:
+        pool.close()
+    spares = WarmPool(modules=("warmprobe",), per_key=0)
+    try:
+        spares.prewarm(env)
+        assert not spares._servers
+    finally:
+        spares.close()

@@ -37,6 +37,7 @@ neighbour (separate processes and contexts; timeouts are generous and exclude ga
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import re
@@ -178,6 +179,10 @@ def _result(p: Prepared, status: Status, message: str = "", **kw: Any) -> EvalRe
         meta=meta,
         **kw,
     )
+
+
+# a kernelbench solution that may build an extension (its compile phase imports it)
+_BUILDS_EXTENSION = re.compile(r"load_inline|cpp_extension|\bload\s*\(")
 
 
 def _candidate_env(tmp: Path, gpu: str | None, backend: str, triton: Path) -> dict[str, str]:
@@ -510,7 +515,7 @@ def _prepare(p: Prepared, slot: int) -> None:
     # into the content-keyed cache, where the verify and timing processes find them. A module
     # that builds no extension (pure Python, Triton) has nothing to compile here.
     src = c.solution.files.get("model_new.py", "")
-    if not re.search(r"load_inline|cpp_extension|\bload\s*\(", src):
+    if not _BUILDS_EXTENSION.search(src):
         p.compile = CompileDetail(
             ok=True, seconds=0.0, log_tail="no extension to build", cached=True
         )
@@ -1495,4 +1500,35 @@ def evaluate(
     """Build, verify and time one candidate; always returns an ``EvalResult`` (failures of the
     candidate, and of the sandbox itself as ``infra_error``, are results)."""
     cfg = config or SandboxConfig()
-    return run_on_device(prepare(candidate, cfg), gpu=gpu, slot=slot)
+    backend = resolve_backend(cfg.backend)
+    _prewarm(candidate, cfg, backend, gpu)
+    p = prepare(candidate, cfg, backend=backend)
+    importing = None
+    if p.result is None and "torch" not in sys.modules:
+        # the comparison of outputs needs torch in this process: import it while the reference
+        # runs (a lone evaluation, e.g. an agent's verify tool, otherwise waited for both
+        # imports one after the other)
+        importing = threading.Thread(
+            target=importlib.import_module, args=("torch",), name="import-torch", daemon=True
+        )
+        importing.start()
+    try:
+        return run_on_device(p, gpu=gpu, slot=slot)
+    finally:
+        if importing is not None:
+            importing.join()  # never left importing at interpreter exit
+
+
+def _prewarm(candidate: Candidate, cfg: SandboxConfig, backend: str, gpu: str | None) -> None:
+    """Start the fork servers this evaluation's phases will fork from, so that their import
+    overlaps the static checks and the build instead of following them (a lone evaluation,
+    e.g. an agent's verify tool, would otherwise wait for it at its first phase)."""
+    pool = shared_pool(0, True) if cfg.fork_server else None
+    if pool is None:
+        return
+    here = Path(tempfile.gettempdir())  # per-evaluation directories are not part of the key
+    env = _candidate_env(here, gpu, backend, here)
+    pool.prewarm(env)
+    src = candidate.solution.files.get("model_new.py", "")
+    if candidate.solution.format == "kernelbench" and _BUILDS_EXTENSION.search(src):
+        pool.prewarm({**env, "CUDA_VISIBLE_DEVICES": ""})  # the compile phase's

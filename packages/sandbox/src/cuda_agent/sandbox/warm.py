@@ -207,7 +207,15 @@ class WarmPool:
         home = self._home()
         return {**env, **{k: str(home) for k in VOLATILE if k in env and k != RUN_MARK}}
 
-    def _forked(self, key: tuple, env: dict[str, str], wait_s: float = 300.0) -> WarmProcess | None:
+    def prewarm(self, env: dict[str, str]) -> None:
+        """Start ``env``'s fork server now, if it has none, without waiting for it: its import
+        then overlaps whatever the caller does before its first phase (e.g. the build)."""
+        if self.fork:
+            self._server_for(self.key(env), env)
+
+    def _server_for(self, key: tuple, env: dict[str, str]) -> _Server | None:
+        """``key``'s server slot, one being started if it has none or its server died (None:
+        the pool is closed)."""
         with self._lock:
             if self.closed:
                 return None
@@ -225,6 +233,12 @@ class WarmPool:
             slot.last_used = time.monotonic()
         if evicted is not None:
             evicted.close()
+        return slot
+
+    def _forked(self, key: tuple, env: dict[str, str], wait_s: float = 300.0) -> WarmProcess | None:
+        slot = self._server_for(key, env)
+        if slot is None:
+            return None
         if not slot.done.wait(wait_s) or slot.server is None:
             return None  # could not start (``server_errors``): this run starts cold
         w = slot.server.spawn()
