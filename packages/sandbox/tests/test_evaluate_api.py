@@ -197,3 +197,21 @@ def test_a_lone_evaluation_imports_torch_beside_the_reference(cache_dir, warm_bu
     assert p.returncode == 0, p.stderr[-3000:]
     status, threads = json.loads(p.stdout.strip().splitlines()[-1])
     assert status == "ok" and "import-torch" not in threads
+
+
+def test_a_pool_starts_its_device_phases_fork_server_at_once():
+    """The fork server of the device phases starts when the pool does (its import overlaps the
+    first candidates' builds), keyed as the phases' own environment will be."""
+    import tempfile
+    from pathlib import Path
+
+    from cuda_agent.sandbox.evaluate import _candidate_env
+    from cuda_agent.sandbox.warm import WarmPool, shared_pool
+
+    here = Path(tempfile.mkdtemp())
+    key = WarmPool.key(_candidate_env(here / "tmp", None, "cpu", here / "triton"))
+    pool = SandboxPool(SandboxConfig(backend="cpu"))
+    try:
+        assert key in shared_pool(0, fork=True)._servers
+    finally:
+        pool.close()

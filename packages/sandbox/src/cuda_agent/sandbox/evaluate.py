@@ -1523,12 +1523,23 @@ def _prewarm(candidate: Candidate, cfg: SandboxConfig, backend: str, gpu: str | 
     """Start the fork servers this evaluation's phases will fork from, so that their import
     overlaps the static checks and the build instead of following them (a lone evaluation,
     e.g. an agent's verify tool, would otherwise wait for it at its first phase)."""
+    src = candidate.solution.files.get("model_new.py", "")
+    kb = candidate.solution.format == "kernelbench" and bool(_BUILDS_EXTENSION.search(src))
+    prewarm_servers(cfg, backend, [gpu], compile_phase=kb)
+
+
+def prewarm_servers(
+    cfg: SandboxConfig, backend: str, gpus: list[str | None], *, compile_phase: bool = False
+) -> None:
+    """Start, without waiting, the fork servers of the device phases on ``gpus`` (None: the
+    default device) and, with ``compile_phase``, of the kernelbench compile phase (no GPU);
+    nothing when ``cfg.fork_server`` is off."""
     pool = shared_pool(0, True) if cfg.fork_server else None
     if pool is None:
         return
     here = Path(tempfile.gettempdir())  # per-evaluation directories are not part of the key
-    env = _candidate_env(here, gpu, backend, here)
-    pool.prewarm(env)
-    src = candidate.solution.files.get("model_new.py", "")
-    if candidate.solution.format == "kernelbench" and _BUILDS_EXTENSION.search(src):
+    for gpu in gpus:
+        pool.prewarm(_candidate_env(here, gpu, backend, here))
+    if compile_phase:
+        env = _candidate_env(here, None, backend, here)
         pool.prewarm({**env, "CUDA_VISIBLE_DEVICES": ""})  # the compile phase's

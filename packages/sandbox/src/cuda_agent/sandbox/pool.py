@@ -33,7 +33,7 @@ from typing import Any
 from cuda_agent.records import Candidate, EvalResult
 
 from .config import SandboxConfig, resolve_backend
-from .evaluate import Prepared, prepare, run_on_device
+from .evaluate import Prepared, prepare, prewarm_servers, run_on_device
 from .gate import device_gate, domain_of
 
 GPU_MEMORY_SHARE = 0.9  # of a GPU's memory, split between the workers sharing it
@@ -127,6 +127,12 @@ class SandboxPool:
         for w in self._workers:
             w.start()
         self._closed = False
+        # the device phases' fork servers import while the first candidates compile
+        prewarm_servers(
+            self.config,
+            self.backend,
+            list(dict.fromkeys(d if self.backend == "cuda" else None for d in devs)),
+        )
 
     # -- stages ----------------------------------------------------------------------------
 
