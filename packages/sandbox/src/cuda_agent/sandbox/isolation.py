@@ -283,12 +283,10 @@ def _read_own(path: Path) -> bytes | None:
 
 
 def _write_own(path: Path, data: bytes) -> None:
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_bytes(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+    """Write a file :func:`_read_own` will trust (its directories not writable by others)."""
+    from .toolchain import write_atomic
+
+    write_atomic(path, data, dir_mode=0o755)
 
 
 def _probe(cfg: dict[str, Any], cmd: list[str]) -> tuple[int, str]:

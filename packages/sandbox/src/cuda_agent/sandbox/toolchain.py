@@ -34,16 +34,34 @@ def _read_fact(name: str) -> object | None:
     return None
 
 
+def write_atomic(path: Path, data: bytes, dir_mode: int = 0o777) -> None:
+    """Write ``path`` (mode 0644) through a temporary file renamed over it, so a reader sees
+    the old content or the new, never part of it; its directories are made with ``dir_mode``
+    (less the umask). A place it cannot write is left alone."""
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(mode=dir_mode, parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_bytes(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+
+
 def _write_fact(name: str, value: object, root: Path | None = None) -> None:
     """Record ``value`` as fact ``name`` in ``root``'s toolchain directory (default: this
     process's cache), atomically; a cache it cannot write is left alone."""
-    path = (root or default_cache_dir()) / "toolchain" / name
-    with contextlib.suppress(OSError):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(value))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+    write_atomic((root or default_cache_dir()) / "toolchain" / name, json.dumps(value).encode())
+
+
+def _torch_fact() -> str | None:
+    """The name of the fact that holds this torch installation's :func:`torch_info`."""
+    key = _torch_install_key()
+    return f"torch-{key}.json" if key else None
+
+
+def _gpu_fact() -> str | None:
+    """The name of the fact that holds this boot's (and visible devices') GPU capability."""
+    key = _boot_key()
+    return f"gpu-{key}.json" if key else None
 
 
 def _torch_install_key() -> str | None:
@@ -89,15 +107,14 @@ def torch_info() -> dict[str, object]:
     time per installation; later processes read what it gave from the cache
     (``<cache>/toolchain/torch-<key>.json``, keyed by the installation: a compile tool then
     starts in a fraction of a second instead of importing torch, 2.5-4 s)."""
-    key = _torch_install_key()
-    name = f"torch-{key}.json"
-    got = _read_fact(name) if key else None
+    name = _torch_fact()
+    got = _read_fact(name) if name else None
     with contextlib.suppress(KeyError, TypeError):
         dirs = [*got["include"], *got["lib"]]  # type: ignore[index]
         if all(isinstance(d, str) and Path(d).is_dir() for d in dirs):
             return got  # type: ignore[return-value]
     info = _torch_info_imported()
-    if key:
+    if name:
         _write_fact(name, info)
     return info
 
@@ -219,14 +236,14 @@ def device_capability() -> tuple[int, int] | None:
     if env_arch:
         a, b = env_arch.split(".")
         return int(a), int(b)
-    key = _boot_key()
-    got = _read_fact(f"gpu-{key}.json") if key else None
+    name = _gpu_fact()
+    got = _read_fact(name) if name else None
     with contextlib.suppress(KeyError, TypeError, ValueError):
         a, b = got["capability"]  # type: ignore[index]
         return int(a), int(b)
     cap = _query_capability()
-    if key and cap is not None:  # "no GPU" may be a failed query: asked again
-        _write_fact(f"gpu-{key}.json", {"capability": cap})
+    if name and cap is not None:  # "no GPU" may be a failed query: asked again
+        _write_fact(name, {"capability": cap})
     return cap
 
 
@@ -234,13 +251,12 @@ def publish_facts(root: Path, backend: str) -> None:
     """Record torch's facts (and on ``cuda`` the GPU's capability) in the cache at ``root``,
     for processes that read it as their trusted cache (an agent's tools: their first command
     then imports no torch and runs no nvidia-smi either)."""
-    key = _torch_install_key()
-    if key:
-        _write_fact(f"torch-{key}.json", torch_info(), root)
-    boot = _boot_key()
+    torch_name, gpu_name = _torch_fact(), _gpu_fact()
+    if torch_name:
+        _write_fact(torch_name, torch_info(), root)
     cap = device_capability() if backend == "cuda" else None
-    if boot and cap is not None and not os.environ.get("CUDA_AGENT_ARCH"):
-        _write_fact(f"gpu-{boot}.json", {"capability": list(cap)}, root)
+    if gpu_name and cap is not None and not os.environ.get("CUDA_AGENT_ARCH"):
+        _write_fact(gpu_name, {"capability": list(cap)}, root)
 
 
 def _query_capability() -> tuple[int, int] | None:
