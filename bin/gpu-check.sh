@@ -11,7 +11,7 @@
 #   WARM_ORDER="cold fork" D_N=14 LANE0="sandbox-warm" bash bin/gpu-check.sh  # fork server vs cold
 #   OPSYNTH_FROM=.gpu-data/opsynth-run RESUME=1 LANE0="opsynth" bash bin/gpu-check.sh  # continue a run
 #   TESTS="packages/profiler/tests/test_gpu.py" LANE0="tests sandbox-ab" bash bin/gpu-check.sh  # pytest files, then A+B
-#   TOOL_ROUNDS=6 LANE0="tool-compile" bash bin/gpu-check.sh                          # agent compile tool vs load()
+#   TOOL_ROUNDS=6 LANE0="tool-compile" bash bin/gpu-check.sh   # agent compile tool (direct, via exec_shell) vs load()
 #   B_ONLY_INLINE=1 B_INLINE_ROUNDS=3 LANE0="sandbox-b" bash bin/gpu-check.sh          # cold load_inline pairs
 #
 # Lanes run in parallel, each pinned to one GPU (LANE0 on GPU 0, LANE1 on GPU 1) unless its

@@ -8,6 +8,9 @@ Arms:
                toolchain cache (no ``import torch``, no nvidia-smi; the default since session 14)
   tool_import  the same with torch's entry removed first (the tool imports torch, as before
                session 14; the capability stays cached)
+  tool_exec    the same command through ``sandbox.exec_shell`` in this process, as the agent's
+               Bash tool runs it: confined, as a leased uid when started as root, into the
+               workspace tools' own cache (what an agent waits for)
   load         ``load()`` with its build directory kept (ninja rebuilds the one ``.cu``); its
                process also prints the ``load()`` call alone (``load_call_s``, torch imported)
 
@@ -32,6 +35,7 @@ import time
 from pathlib import Path
 
 from cuda_agent.records import Task
+from cuda_agent.sandbox.execute import exec_shell, prepare_trusted_cache
 from cuda_agent.sandbox.toolchain import (
     _torch_install_key,
     cuda_home,
@@ -66,6 +70,7 @@ def main() -> int:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     backend = sys.argv[2] if len(sys.argv) > 2 else "cuda"
     root = Path(tempfile.mkdtemp(prefix="tool-compile-ab-"))
+    root.chmod(0o755)  # the exec arm's leased uid must reach the workspace
     task = Task.make("gpu_fused", (FIX / "model.py").read_text())
     ws = create_workspace(task, root / "ws", backend)
     for f in (ws / "kernels").iterdir():  # the worked example out: the same sources as load's
@@ -90,11 +95,20 @@ def main() -> int:
         "print(f'LOAD_CALL_S={time.monotonic() - t:.3f}')\n"
     )
     tool = [sys.executable, "utils/compile.py"]
+    prepare_trusted_cache(backend)  # what an agent's environment does before its first command
+
+    def exec_tool() -> tuple[float, str]:
+        t = time.perf_counter()
+        o = exec_shell(ws, f"{sys.executable} utils/compile.py", timeout=900)
+        s = time.perf_counter() - t
+        assert o.returncode == 0, (o.stdout[-2000:], o.stderr[-2000:])
+        return s, o.stdout + o.stderr
     info = default_cache_dir() / "toolchain" / f"torch-{_torch_install_key()}.json"
     # warm-up, not timed: the prelude and bindings in the tool's cache, load's first build
     timed(tool, ws, env)
+    exec_tool()  # the tools' own cache: its prelude and bindings
     timed([sys.executable, "-c", load_code], root, env)
-    times: dict[str, list[float]] = {"tool": [], "tool_import": [], "load": []}
+    times: dict[str, list[float]] = {"tool": [], "tool_import": [], "tool_exec": [], "load": []}
     load_call: list[float] = []
     n = 0
     for r in range(rounds):
@@ -110,7 +124,7 @@ def main() -> int:
                 edit(ws / "kernels" / "fused.cu", n)
                 if arm == "tool_import":
                     info.unlink(missing_ok=True)
-                s, out = timed(tool, ws, env)
+                s, out = exec_tool() if arm == "tool_exec" else timed(tool, ws, env)
                 assert "BUILD OK" in out and "fused.cu (cuda, cached)" not in out, out[-1500:]
             times[arm].append(s)
     # where one more tool run's time goes (cProfile of the tool process, top of the list)
@@ -131,6 +145,8 @@ def main() -> int:
                 "load/tool": round(med["load"] / med["tool"], 2),
                 "load_call/tool": round(med["load_call"] / med["tool"], 2),
                 "tool_import/tool": round(med["tool_import"] / med["tool"], 2),
+                "load/tool_exec": round(med["load"] / med["tool_exec"], 2),
+                "tool_exec/tool": round(med["tool_exec"] / med["tool"], 2),
                 "all_s": times,
                 "tool_profile": profile,
             }
