@@ -103,6 +103,7 @@ def main() -> int:
         s = time.perf_counter() - t
         assert o.returncode == 0, (o.stdout[-2000:], o.stderr[-2000:])
         return s, o.stdout + o.stderr
+
     info = default_cache_dir() / "toolchain" / f"torch-{_torch_install_key()}.json"
     # warm-up, not timed: the prelude and bindings in the tool's cache, load's first build
     timed(tool, ws, env)
