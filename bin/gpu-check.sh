@@ -12,6 +12,7 @@
 #   OPSYNTH_FROM=.gpu-data/opsynth-run RESUME=1 LANE0="opsynth" bash bin/gpu-check.sh  # continue a run
 #   TESTS="packages/profiler/tests/test_gpu.py" LANE0="tests sandbox-ab" bash bin/gpu-check.sh  # pytest files, then A+B
 #   TOOL_ROUNDS=6 LANE0="tool-compile" bash bin/gpu-check.sh   # agent compile tool (direct, via exec_shell) vs load()
+#   TOOLS_ROUNDS=3 LANE0="agent-tools" bash bin/gpu-check.sh  # an agent's compile/verify/profile, s each
 #   B_ONLY_INLINE=1 B_INLINE_ROUNDS=3 LANE0="sandbox-b" bash bin/gpu-check.sh          # cold load_inline pairs
 #
 # Lanes run in parallel, each pinned to one GPU (LANE0 on GPU 0, LANE1 on GPU 1) unless its
@@ -86,6 +87,11 @@ sec_sandbox-warm() {  # the same batch with runner processes forked from a fork 
     CUDA_AGENT_SANDBOX_CACHE=$c-$h CUDA_AGENT_CACHE=$c-$h-base SECTIONS=D D_N=${D_N:-20} D_TAG=${h^^} D_WARM=$n D_FORK=$f D_GPUS=0 \
       python3 packages/sandbox/benchmarks/gpu_check.py "$1/$h" "$half"
   done
+}
+sec_agent-tools() {  # an agent's iteration through exec_shell: compile, verify, profile (s each)
+  ( cd packages/sandbox/benchmarks && CUDA_AGENT_SANDBOX_CACHE=/tmp/agent-tools-cache-$$ \
+    python3 agent_tools_time.py ${TOOLS_ROUNDS:-3} cuda ) > "$1/agent_tools_time.json"
+  cat "$1/agent_tools_time.json"
 }
 sec_tool-compile() {  # the agent's compile tool vs load() as whole processes, kernel-body edits
   # (fresh tool cache: its first, untimed build makes the prelude)
@@ -175,6 +181,7 @@ run_lane() {  # run_lane GPU SECTIONS...
       opsynth) [ "$lim" -gt "${OPSYNTH_CAP:-240}" ] && lim=${OPSYNTH_CAP:-240} ;;
       gen-probe) [ "$lim" -gt 300 ] && lim=300 ;;
       tool-compile) [ "$lim" -gt 240 ] && lim=240 ;;
+      agent-tools) [ "$lim" -gt 260 ] && lim=260 ;;
     esac
     if [ "$lim" -lt 30 ]; then say "$s: skipped ($(left)s left)"; echo "$s skipped" >> "$OUT/sections.txt"; continue; fi
     mkdir -p "$OUT/$s"

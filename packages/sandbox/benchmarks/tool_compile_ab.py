@@ -66,17 +66,24 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
     return s, p.stdout + p.stderr
 
 
-def main() -> int:
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    backend = sys.argv[2] if len(sys.argv) > 2 else "cuda"
-    root = Path(tempfile.mkdtemp(prefix="tool-compile-ab-"))
-    root.chmod(0o755)  # the exec arm's leased uid must reach the workspace
+def fixture_workspace(prefix: str, backend: str) -> tuple[Path, Path]:
+    """(root, workspace): a fresh agent workspace of the gpu_fused fixture whose kernels are the
+    fixture's own (the worked example removed), under a root an unprivileged uid can reach."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    root.chmod(0o755)  # exec_shell's leased uid must reach the workspace
     task = Task.make("gpu_fused", (FIX / "model.py").read_text())
     ws = create_workspace(task, root / "ws", backend)
-    for f in (ws / "kernels").iterdir():  # the worked example out: the same sources as load's
+    for f in (ws / "kernels").iterdir():
         f.unlink()
     for f in ("kernels/fused.cu", "kernels/fused_binding.cpp", "model_new.py"):
         (ws / f).write_text((FIX / f).read_text())
+    return root, ws
+
+
+def main() -> int:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    backend = sys.argv[2] if len(sys.argv) > 2 else "cuda"
+    root, ws = fixture_workspace("tool-compile-ab-", backend)
     env = dict(os.environ)
     if backend == "cuda":
         env["TORCH_CUDA_ARCH_LIST"] = torch_arch_list(device_capability() or (9, 0))
