@@ -90,8 +90,8 @@ sec_sandbox-warm() {  # the same batch with runner processes forked from a fork 
 }
 sec_agent-tools() {  # an agent's iteration through exec_shell: compile, verify, profile (s each)
   ( cd packages/sandbox/benchmarks && CUDA_AGENT_SANDBOX_CACHE=/tmp/agent-tools-cache-$$ \
-    python3 agent_tools_time.py ${TOOLS_ROUNDS:-3} cuda ) > "$1/agent_tools_time.json"
-  cat "$1/agent_tools_time.json"
+    python3 agent_tools_time.py ${TOOLS_ROUNDS:-3} cuda ) > "$1/agent_tools_time.json" 2> "$1/agent_tools_time.err"
+  cat "$1/agent_tools_time.err" "$1/agent_tools_time.json"
 }
 sec_tool-compile() {  # the agent's compile tool vs load() as whole processes, kernel-body edits
   # (fresh tool cache: its first, untimed build makes the prelude)
@@ -181,7 +181,7 @@ run_lane() {  # run_lane GPU SECTIONS...
       opsynth) [ "$lim" -gt "${OPSYNTH_CAP:-240}" ] && lim=${OPSYNTH_CAP:-240} ;;
       gen-probe) [ "$lim" -gt 300 ] && lim=300 ;;
       tool-compile) [ "$lim" -gt 240 ] && lim=240 ;;
-      agent-tools) [ "$lim" -gt 260 ] && lim=260 ;;
+      agent-tools) [ "$lim" -gt "${TOOLS_CAP:-300}" ] && lim=${TOOLS_CAP:-300} ;;
     esac
     if [ "$lim" -lt 30 ]; then say "$s: skipped ($(left)s left)"; echo "$s skipped" >> "$OUT/sections.txt"; continue; fi
     mkdir -p "$OUT/$s"

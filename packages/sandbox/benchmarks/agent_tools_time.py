@@ -5,8 +5,9 @@ when started as root), plus ``verify.py`` as a bare subprocess (what the confine
 
     python packages/sandbox/benchmarks/agent_tools_time.py [ROUNDS] [BACKEND]
 
-Needs the fixture's task to run (BACKEND ``cuda``: a GPU). Prints one JSON line: the median
-seconds of each step, every round's seconds and the tools' status lines."""
+Needs the fixture's task to run (BACKEND ``cuda``: a GPU). Prints a JSON line after every round
+(what a cut-short run still leaves) and a last one with the median seconds of each step; each
+step's start and end go to stderr as they happen."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from tool_compile_ab import edit, fixture_workspace
 from cuda_agent.sandbox.execute import exec_shell, prepare_trusted_cache
 
 STEPS = ("compile", "verify", "verify_bare", "profile")
+STEP_TIMEOUT_S = float(os.environ.get("STEP_TIMEOUT_S", "200"))
 
 
 def main() -> int:
@@ -31,18 +33,30 @@ def main() -> int:
     prepare_trusted_cache(backend)
     py = sys.executable
 
+    t0 = time.perf_counter()
+
     def step(name: str) -> tuple[float, str]:
         tool = "verify" if name == "verify_bare" else name
+        print(f"[{time.perf_counter() - t0:7.1f}s] {name} ...", file=sys.stderr, flush=True)
         t = time.perf_counter()
         if name == "verify_bare":
             p = subprocess.run(
-                [py, "utils/verify.py"], cwd=ws, capture_output=True, text=True, timeout=900
+                [py, "utils/verify.py"],
+                cwd=ws,
+                capture_output=True,
+                text=True,
+                timeout=STEP_TIMEOUT_S,
             )
             rc, out = p.returncode, p.stdout + p.stderr
         else:
-            o = exec_shell(ws, f"{py} utils/{tool}.py", timeout=900)
+            o = exec_shell(ws, f"{py} utils/{tool}.py", timeout=STEP_TIMEOUT_S)
             rc, out = o.returncode, o.stdout + o.stderr
         s = time.perf_counter() - t
+        print(
+            f"[{time.perf_counter() - t0:7.1f}s] {name}: rc={rc} in {s:.2f}s",
+            file=sys.stderr,
+            flush=True,
+        )
         assert rc == 0, (name, out[-2000:])
         return s, out
 
