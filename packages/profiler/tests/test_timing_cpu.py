@@ -126,3 +126,11 @@ def test_cpu_threads_restored():
     n = torch.get_num_threads()
     measure(lambda x: x + 1, _sets(), device="cpu", config=quick_config(time_cap_s=0.1))
     assert torch.get_num_threads() == n
+
+
+def test_warm_kernel_trace_is_a_no_op_without_cuda():
+    from cuda_agent.profiler import warm_kernel_trace
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible: the GPU tests cover the trace")
+    assert warm_kernel_trace() == 0.0

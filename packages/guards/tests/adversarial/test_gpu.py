@@ -7,6 +7,7 @@ seen by the kernel trace. Run with ``bin/gpu-check-guards.sh``."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -246,3 +247,26 @@ def test_honest_triton_candidate_passes(tmp_path) -> None:
         guard.probe(model, [x, y], out)
     findings = guard.finish()
     assert _codes(findings) == set(), findings
+
+
+def test_the_first_watched_call_does_not_wait_for_the_tracers_threads():
+    """A fresh process: the kernel tracer's set-up happens at install (trace_setup), so the first
+    call's thread check finds no new native threads to wait for (it waited a full second)."""
+    code = (
+        "import json, torch\n"
+        "from cuda_agent.guards import RuntimeGuard\n"
+        "x = torch.randn(1 << 20, device='cuda')\n"
+        "g = RuntimeGuard('strict', backend='cuda', own_kernels=['k'])\n"
+        "g.install()\n"
+        "for _ in range(2):\n"
+        "    with g.watch([x]):\n"
+        "        y = torch.relu(x)\n"
+        "    g.after_call([x], y)\n"
+        "print(json.dumps(g.timings))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    t = json.loads(p.stdout.strip().splitlines()[-1])
+    assert t["trace_setup"] > 0.0  # the set-up ran at install, in this fresh process
+    assert t["after_call"] < 0.5, t  # two calls' checks, no one-second thread wait
+    assert t["pre"] < 0.5, t  # the first watch no longer starts the tracer from scratch

@@ -87,7 +87,8 @@ class RuntimeGuard:
 
     @property
     def timings(self) -> dict[str, float]:
-        """Seconds spent in each guard stage so far (install, pre, post, after_call, probe)."""
+        """Seconds spent in each guard stage so far (install, trace_setup (part of install: the
+        kernel tracer's one-time set-up), pre, post, after_call, probe)."""
         return dict(self._impl.timings)
 
     def install(self) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from cuda_agent.profiler import warm_kernel_trace
 from cuda_agent.records import GuardViolation
 
 from . import harness
@@ -276,6 +277,10 @@ class RuntimeGuardImpl:
         for name, mod in list(sys.modules.items()):
             if name not in self._modules_before and _is_own_file(getattr(mod, "__file__", None)):
                 self.own_module_names.add(name)
+        if self.trace_kernels:
+            # the tracer's set-up (seconds) and the native threads it leaves, before any watched
+            # call: otherwise the first call's thread check waits its full second for them
+            self.timings["trace_setup"] = warm_kernel_trace()
         self._snap = harness.snapshot(self.protect)
         self._threads_base = {t.ident or 0 for t in threading.enumerate()}
         if self.backend == "cuda" and torch.cuda.is_available():

@@ -12,7 +12,14 @@ Heavy modules (torch) are imported inside the functions.
 
 from .config import PROTOCOL_VERSION, TimingConfig, quick_config
 from .stats import bootstrap_ratio_ci, median_ci, rse_of_median, should_stop, summarize
-from .timing import PairedResult, l2_size_bytes, measure, output_fingerprint, paired
+from .timing import (
+    PairedResult,
+    l2_size_bytes,
+    measure,
+    output_fingerprint,
+    paired,
+    warm_kernel_trace,
+)
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -28,6 +35,7 @@ __all__ = [
     "rse_of_median",
     "should_stop",
     "summarize",
+    "warm_kernel_trace",
 ]
 
 
