@@ -1,16 +1,19 @@
 """Does a CUDA kernel trace started and stopped before timing (CUPTI set up, then idle) change
-what the timing protocol measures afterwards? One fresh process per arm, arms alternating:
+what the timing protocol measures afterwards? One fresh process per arm, arms rotating:
 ``cold`` times first (the trace only at the protocol's end, as before); ``warm`` starts and stops
-one trace first. Programs: a launch-bound one (1M-element elementwise) and the gpu_fused
+one trace first; ``warm_teardown`` the same with ``TEARDOWN_CUPTI=1`` (kineto detaches CUPTI when
+a trace stops; pytorch/kineto#1264 made that the default for CUDA 12.6+, pytorch/pytorch#146604
+reports a 10-20% slowdown after profiling without it). Programs: a launch-bound one (1M-element elementwise) and the gpu_fused
 fixture's eager model (two 8192x8192 inputs).
 
-    python packages/profiler/benchmarks/trace_warmup_bias.py [PAIRS]
+    python packages/profiler/benchmarks/trace_warmup_bias.py [ROUNDS]
 
 Prints one JSON line per process and a summary (medians in ms, warm/cold ratios). Needs a GPU."""
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -20,7 +23,7 @@ CHILD = r"""
 import json, sys, time
 import torch
 from cuda_agent.profiler import TimingConfig, measure
-warm = sys.argv[1] == "warm"
+warm = sys.argv[1].startswith("warm")
 t = time.perf_counter()
 torch.zeros(1, device="cuda"); torch.cuda.synchronize()
 warm_s = None
@@ -44,13 +47,22 @@ print(json.dumps({"arm": sys.argv[1], "warm_s": warm_s, "small_ms": s.median_ms,
 
 
 def main() -> int:
-    pairs = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     rows = []
-    for i in range(pairs):
-        for arm in ("cold", "warm") if i % 2 == 0 else ("warm", "cold"):
+    arms = ["cold", "warm", "warm_teardown"]
+    for i in range(rounds):
+        for arm in arms[i % 3 :] + arms[: i % 3]:
+            env = dict(os.environ)
+            env.pop("TEARDOWN_CUPTI", None)
+            if arm == "warm_teardown":
+                env["TEARDOWN_CUPTI"] = "1"
             t = time.perf_counter()
             p = subprocess.run(
-                [sys.executable, "-c", CHILD, arm], capture_output=True, text=True, timeout=300
+                [sys.executable, "-c", CHILD, arm],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env=env,
             )
             line = (p.stdout.strip().splitlines() or ["{}"])[-1]
             row = json.loads(line) if p.returncode == 0 else {"arm": arm, "error": p.stderr[-800:]}
@@ -60,12 +72,11 @@ def main() -> int:
     out: dict[str, object] = {}
     for k in ("small_ms", "big_ms"):
         med = {
-            a: statistics.median(r[k] for r in rows if r.get("arm") == a and k in r)
-            for a in ("cold", "warm")
+            a: statistics.median(r[k] for r in rows if r.get("arm") == a and k in r) for a in arms
         }
         out[k] = {
             **{a: round(v, 5) for a, v in med.items()},
-            "warm/cold": round(med["warm"] / med["cold"], 4),
+            **{f"{a}/cold": round(med[a] / med["cold"], 4) for a in arms[1:]},
         }
     print(json.dumps({"summary": out}))
     return 0
