@@ -81,10 +81,6 @@ def _who(uid: int | None) -> str:
     return "leased unprivileged uids" if uid is not None else "the evaluator's user"
 
 
-# set by `sandbox exec` for the workspace tools: the trusted evaluation's cache root, which they
-# may read (never write): what the evaluation built is trustworthy input for a tool
-
-
 class ObjectCache:
     """Content-addressed store of objects, modules and precompiled headers under ``root``;
     ``read_also``: another such store whose entries are used (never written) when ``root`` lacks
