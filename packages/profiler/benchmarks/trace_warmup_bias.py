@@ -20,19 +20,11 @@ import sys
 import time
 
 CHILD = r"""
-import json, sys, time
+import json, sys
 import torch
-from cuda_agent.profiler import TimingConfig, measure
-warm = sys.argv[1].startswith("warm")
-t = time.perf_counter()
+from cuda_agent.profiler import TimingConfig, measure, warm_kernel_trace
 torch.zeros(1, device="cuda"); torch.cuda.synchronize()
-warm_s = None
-if warm:
-    from torch.profiler import ProfilerActivity, profile
-    t0 = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CUDA]):
-        torch.empty(1, device="cuda").fill_(0.0); torch.cuda.synchronize()
-    warm_s = time.perf_counter() - t0
+warm_s = warm_kernel_trace() if sys.argv[1].startswith("warm") else None
 cfg = TimingConfig(trace_check=False, cuda_graph="off", time_cap_s=6.0)
 small = [[torch.randn(1 << 20, device="cuda")] for _ in range(2)]
 big = [[torch.randn(8192, 8192, device="cuda"), torch.randn(8192, 8192, device="cuda")] for _ in range(2)]
