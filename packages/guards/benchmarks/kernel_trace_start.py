@@ -34,7 +34,9 @@ def trace_once(tag: str) -> None:
 
 
 def main() -> int:
-    before = len(sys.argv) > 1 and sys.argv[1] == "before_context"
+    if sys.argv[1:] not in ([], ["before_context"]):
+        raise SystemExit(f"usage: {sys.argv[0]} [before_context] (got {sys.argv[1:]})")
+    before = sys.argv[1:] == ["before_context"]
     step("import_torch", lambda: __import__("torch"))
     import torch
 
