@@ -11,16 +11,26 @@ import typer
 
 from cuda_agent.records import EvalResult, RecordWriter, Task, Trajectory
 from cuda_agent.records.cli_helpers import (
+    ClaimOpt,
     InputArg,
     OnError,
     OnErrorOpt,
     OutputOpt,
     ResumeOpt,
+    ShardOpt,
     fail,
     log,
+    parse_shard,
     run_stream,
 )
 from cuda_agent.records.jsonl import DecodeError, load_records
+from cuda_agent.sandbox.stream import (
+    CompileJobsOpt,
+    CpuWorkersOpt,
+    GpusOpt,
+    WindowOpt,
+    WorkersPerGpuOpt,
+)
 
 app = typer.Typer(
     help="""Evaluate solutions on a KernelBench checkout and report the CUDA Agent paper's table.
@@ -31,7 +41,7 @@ Example (a KernelBench clone in ~/KernelBench, solutions in ./my_kernels):
 
   kernelbench-eval solutions --dir my_kernels < tasks.jsonl > candidates.jsonl
 
-  sandbox eval < candidates.jsonl > results.jsonl
+  kernelbench-eval run --backend cuda --gpus all -o results.jsonl --resume < candidates.jsonl
 
   kernelbench-eval report --tasks tasks.jsonl --out-dir report/ < results.jsonl
 """,
@@ -130,10 +140,14 @@ def run(
     output: OutputOpt = None,
     resume: ResumeOpt = False,
     on_error: OnErrorOpt = OnError.stop,
+    shard: ShardOpt = None,
+    claim: ClaimOpt = None,
     backend: Annotated[str, typer.Option(help="cuda | cpu | auto")] = "auto",
-    gpus: Annotated[
-        str | None, typer.Option(help="all | 0,1,... (default: the first visible GPU)")
-    ] = None,
+    gpus: GpusOpt = None,
+    workers_per_gpu: WorkersPerGpuOpt = 2,
+    compile_jobs: CompileJobsOpt = 2,
+    cpu_workers: CpuWorkersOpt = 1,
+    window: WindowOpt = None,
     guard_policy: Annotated[str, typer.Option(help="strict | kernelbench | off")] = "kernelbench",
     atol: Annotated[float, typer.Option(help="Absolute tolerance.")] = 1e-2,
     rtol: Annotated[float, typer.Option(help="Relative tolerance.")] = 1e-2,
@@ -149,17 +163,24 @@ def run(
     ] = None,
 ) -> None:
     """Evaluate Candidate records (from `solutions`) in the sandbox; write EvalResult records
-    carrying level, problem id, name and the guard policy (what `report` needs).
+    carrying level, problem id, name and the guard policy (what `report` needs), in input order.
+
+    Candidates go through one sandbox pool concurrently, as in `sandbox eval`: --compile-jobs
+    compile on the CPU ahead of the devices, --workers-per-gpu per GPU overlap their correctness
+    phases (timing holds the GPU alone), at most --window in flight. Killed and run again with
+    `-o FILE --resume`, only the candidates without a line in FILE are evaluated.
 
     The default guard policy is `kernelbench` (PyTorch allowed in ModelNew, but a custom kernel
     must do real work), the rule of KernelBench's own leaderboard; use `strict` for the CUDA
-    Agent rules. Example: kernelbench-eval run --backend cuda < candidates.jsonl > results.jsonl
+    Agent rules. Example:
+    kernelbench-eval run --backend cuda --gpus all -o results.jsonl --resume < candidates.jsonl
     """
     import msgspec
 
     from cuda_agent.records import Candidate
     from cuda_agent.sandbox import SandboxConfig, SandboxPool
     from cuda_agent.sandbox.pool import parse_gpus
+    from cuda_agent.sandbox.stream import eval_stream
 
     try:
         tcfg = json.loads(timing_config) if timing_config else None
@@ -167,6 +188,13 @@ def run(
         raise fail(f"--timing-config: not JSON: {e}") from None
     if tcfg is not None and not isinstance(tcfg, dict):
         raise fail("--timing-config: a JSON object expected")
+    if resume and output is None:
+        raise fail("--resume needs -o FILE")
+    shard_t = parse_shard(shard)
+    try:
+        gpu_list = parse_gpus(gpus)
+    except ValueError as e:
+        raise fail(str(e)) from None
     cfg = SandboxConfig(
         backend=backend,
         guard_policy=guard_policy,
@@ -175,24 +203,29 @@ def run(
         timing=timing,
         baselines=timing,
         timing_config=tcfg,
+        workers_per_gpu=workers_per_gpu,
     )
-    with SandboxPool(cfg, gpus=parse_gpus(gpus)) as pool:
 
-        def one(c: Candidate):
-            r = pool.evaluate(c)
-            meta = {**r.meta, **c.meta, "name": c.task.name, "guard_policy": guard_policy}
-            if c.task.level is not None:
-                meta.setdefault("level", c.task.level)
-                meta.setdefault("problem_id", c.task.problem_id)
-            return [msgspec.structs.replace(r, meta=meta)]
+    def finish(c: Candidate, r: EvalResult) -> EvalResult:
+        meta = {**r.meta, **c.meta, "name": c.task.name, "guard_policy": guard_policy}
+        if c.task.level is not None:
+            meta.setdefault("level", c.task.level)
+            meta.setdefault("problem_id", c.task.problem_id)
+        return msgspec.structs.replace(r, meta=meta)
 
-        run_stream(
-            one,
+    with SandboxPool(
+        cfg, gpus=gpu_list, compile_workers=compile_jobs, cpu_workers=cpu_workers
+    ) as pool:
+        eval_stream(
+            pool,
             input=input,
             output=output,
             resume=resume,
             on_error=on_error,
-            expect=(Candidate,),
+            shard=shard_t,
+            claim=claim,
+            window=window,
+            finish=finish,
             desc="kernelbench-eval run",
         )
 

@@ -6,7 +6,6 @@ stdout carries records only (``eval``) or the command's own output (``exec``); l
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -21,10 +20,11 @@ from cuda_agent.records.cli_helpers import (
     ResumeOpt,
     ShardOpt,
     fail,
-    in_shard,
     log,
     parse_shard,
 )
+
+from .stream import CompileJobsOpt, CpuWorkersOpt, GpusOpt, WindowOpt, WorkersPerGpuOpt
 
 app = typer.Typer(
     help="""Build, verify and time candidate CUDA kernels in isolated processes; agent workspaces.
@@ -55,16 +55,8 @@ def eval_cmd(
     on_error: OnErrorOpt = OnError.stop,
     shard: ShardOpt = None,
     claim: ClaimOpt = None,
-    gpus: Annotated[
-        str | None,
-        typer.Option(
-            "--gpus",
-            help="GPUs to use: 'all' or '0,1' (one worker each). Default: the first visible.",
-        ),
-    ] = None,
-    compile_jobs: Annotated[
-        int, typer.Option("--compile-jobs", help="Candidates compiled at once (CPU pool).")
-    ] = 2,
+    gpus: GpusOpt = None,
+    compile_jobs: CompileJobsOpt = 2,
     unit_jobs: Annotated[
         int, typer.Option("--unit-jobs", help="Compiler processes per candidate.")
     ] = 4,
@@ -107,18 +99,9 @@ def eval_cmd(
     max_procs: Annotated[
         int, typer.Option("--max-procs", help="Processes+threads a candidate may have.")
     ] = 512,
-    cpu_workers: Annotated[
-        int, typer.Option("--cpu-workers", help="cpu backend: candidates verified at once.")
-    ] = 1,
-    workers_per_gpu: Annotated[
-        int,
-        typer.Option(
-            "--workers-per-gpu",
-            min=1,
-            help="Device workers per GPU: their correctness phases overlap; anything timed holds "
-            "the GPU alone; each gets 0.9/N of its memory.",
-        ),
-    ] = 2,
+    cpu_workers: CpuWorkersOpt = 1,
+    workers_per_gpu: WorkersPerGpuOpt = 2,
+    window: WindowOpt = None,
     rerun_alone: Annotated[
         bool,
         typer.Option(
@@ -165,12 +148,10 @@ def eval_cmd(
 
         sandbox eval cands.jsonl -o results.jsonl --resume --gpus all --compile-jobs 4
     """
-    from cuda_agent.records import Candidate, ErrorRecord
-    from cuda_agent.records.jsonl import DecodeError, RecordWriter, done_keys, read_records
-
     from .config import SandboxConfig
     from .evaluate import cache_root
     from .pool import SandboxPool, parse_gpus
+    from .stream import eval_stream
 
     _backend_opt(backend)
     if resume and output is None:
@@ -206,77 +187,24 @@ def eval_cmd(
         cache_root(cfg)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--cache-dir") from None
-    done = done_keys(output) if (resume and output is not None) else set()
-    if done:
-        log(f"resume: {len(done)} results already in {output}")
-    claims = None
-    if claim is not None:  # several `sandbox eval` processes of a host share the stream
-        from cuda_agent.records.claims import Claims
-
-        claims = Claims(claim)
-    source = str(input) if input is not None else "<stdin>"
-    counts: dict[str, int] = {}
-    stats = {"read": 0, "skipped": 0, "bad": 0, "written": 0}
-    stop_at: list[str] = []
-
-    def items():
-        for n, rec in read_records(input, Candidate):
-            stats["read"] += 1
-            if isinstance(rec, DecodeError):
-                stats["bad"] += 1
-                if on_error is OnError.stop:
-                    stop_at.append(f"line {n}: {rec.message}")
-                    return
-                if on_error is OnError.emit:
-                    yield ErrorRecord(
-                        line=n,
-                        message=rec.message,
-                        raw=rec.raw.decode(errors="replace")[:2000],
-                        source=source,
-                    )
-                else:
-                    log(f"line {n}: {rec.message} (skipped)")
-                continue
-            if rec.key in done or not in_shard(rec.key, shard_t):
-                stats["skipped"] += 1
-                continue
-            if claims is not None and not claims.take(rec.key):  # another process has it
-                stats["skipped"] += 1
-                continue
-            yield rec
-
     try:
         gpu_list = parse_gpus(gpus)
     except ValueError as e:
         raise fail(str(e)) from None
-    t0 = time.monotonic()
     with SandboxPool(
         cfg, gpus=gpu_list, compile_workers=compile_jobs, cpu_workers=cpu_workers
     ) as pool:
-        log(
-            f"sandbox eval: backend={pool.backend} devices={','.join(pool.devices)}"
-            f" workers per {'GPU' if pool.backend == 'cuda' else 'host'}={pool.workers_per_device}"
-            f" compile workers={compile_jobs}"
+        eval_stream(
+            pool,
+            input=input,
+            output=output,
+            resume=resume,
+            on_error=on_error,
+            shard=shard_t,
+            claim=claim,
+            window=window,
+            desc="sandbox eval",
         )
-        with RecordWriter(output, append=True) as writer:
-            for res in pool.map(items()):
-                writer.write(res)
-                stats["written"] += 1
-                st = getattr(res, "status", None)
-                if claims is not None and st is not None:
-                    claims.done(res.key)  # after the result is written
-                key = st.value if st is not None else "error_record"
-                counts[key] = counts.get(key, 0) + 1
-                if st is not None:
-                    log(
-                        f"[{stats['written']}] {res.key} {key} {res.seconds:.1f}s {res.message[:160]}"
-                    )
-    summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
-    log(
-        f"sandbox eval: {stats['read']} read, {stats['written']} written ({summary}), {stats['skipped']} skipped, {stats['bad']} malformed in {time.monotonic() - t0:.1f}s"
-    )
-    if stop_at:
-        raise fail(stop_at[0], 2)
 
 
 @app.command("workspace")

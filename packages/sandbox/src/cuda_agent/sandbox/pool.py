@@ -109,6 +109,7 @@ class SandboxPool:
         self.devices = devs
         self.workers_per_device = per
         n_compile = compile_workers or max(1, min(4, (os.cpu_count() or 2) // 2))
+        self.compile_workers = n_compile
         self._slots = itertools.count(len(workers))
         self._local = threading.local()
         self._compile = ThreadPoolExecutor(
@@ -175,20 +176,30 @@ class SandboxPool:
         """Evaluate one candidate (blocking)."""
         return self.submit(candidate).result()
 
-    def map(self, items: Iterable[Any], window: int | None = None) -> Iterator[Any]:
+    @property
+    def default_window(self) -> int:
+        """Candidates ``map`` keeps in flight by default: enough to keep every compile worker and
+        device worker busy."""
+        return 2 * len(self._workers) + 2 * self.compile_workers
+
+    def map(
+        self, items: Iterable[Any], window: int | None = None, *, return_exceptions: bool = False
+    ) -> Iterator[Any]:
         """Evaluate candidates from ``items`` concurrently, yielding results in input order.
 
         Items that are not ``Candidate`` pass through unchanged, in order (the CLI uses this for
-        error records). At most ``window`` candidates are in flight (default: enough to keep
-        every compile worker and device busy)."""
-        w = window or (2 * len(self._workers) + 2 * self._compile._max_workers)
+        error records). At most ``window`` candidates are in flight (default:
+        ``default_window``; 1: one at a time), and ``items`` is read only as far as that allows.
+        An evaluation that raised raises here, or with ``return_exceptions`` is yielded as its
+        exception in its place."""
+        w = window or self.default_window
         pending: deque[Any] = deque()
         for item in items:
             pending.append(self.submit(item) if isinstance(item, Candidate) else item)
             while len(pending) >= w or (pending and _ready(pending[0])):
-                yield _value(pending.popleft())
+                yield _value(pending.popleft(), return_exceptions)
         while pending:
-            yield _value(pending.popleft())
+            yield _value(pending.popleft(), return_exceptions)
 
     def close(self) -> None:
         """Finish queued work and stop the workers."""
@@ -212,5 +223,9 @@ def _ready(x: Any) -> bool:
     return not isinstance(x, Future) or x.done()
 
 
-def _value(x: Any) -> Any:
-    return x.result() if isinstance(x, Future) else x
+def _value(x: Any, return_exceptions: bool = False) -> Any:
+    if not isinstance(x, Future):
+        return x
+    if return_exceptions and (e := x.exception()) is not None:
+        return e
+    return x.result()

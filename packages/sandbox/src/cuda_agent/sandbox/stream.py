@@ -1,0 +1,228 @@
+"""A stream of Candidate records evaluated through a :class:`~.pool.SandboxPool`: what
+``sandbox eval`` and ``kernelbench-eval run`` share.
+
+:func:`eval_stream` reads candidates lazily, keeps at most ``window`` of them in flight in the
+pool (compiles in its CPU pool ahead of the device workers; correctness phases overlapping on a
+device, timing alone on it) and writes one result per candidate in input order, with the CLI
+conventions of ``cuda_agent.records.cli_helpers``: ``-o FILE --resume`` (each result appended and
+flushed as one line; a candidate whose key is in FILE is skipped, so a killed run loses only what
+was in flight), ``--on-error``, ``--shard``, ``--claim``. Progress goes to stderr. The option
+types below are the flags both commands give the pool.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cuda_agent.records import Candidate, ErrorRecord, EvalResult
+from cuda_agent.records.cli_helpers import OnError, StreamStats, fail, in_shard, log, type_name
+from cuda_agent.records.jsonl import DecodeError, RecordWriter, done_keys, read_records
+
+from .pool import SandboxPool
+
+GpusOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--gpus",
+        help="GPUs to use: 'all' or '0,1' (--workers-per-gpu workers each). Default: the first "
+        "visible.",
+    ),
+]
+CompileJobsOpt = Annotated[
+    int, typer.Option("--compile-jobs", min=1, help="Candidates compiled at once (CPU pool).")
+]
+CpuWorkersOpt = Annotated[
+    int, typer.Option("--cpu-workers", min=1, help="cpu backend: candidates verified at once.")
+]
+WorkersPerGpuOpt = Annotated[
+    int,
+    typer.Option(
+        "--workers-per-gpu",
+        min=1,
+        help="Device workers per GPU: their correctness phases overlap; anything timed holds "
+        "the GPU alone; each gets 0.9/N of its memory.",
+    ),
+]
+WindowOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--window",
+        min=1,
+        help="Candidates in flight at once (input read only that far ahead of the results "
+        "written). Default: 2 per device worker + 2 per compile worker; 1: one at a time.",
+    ),
+]
+
+
+@dataclass
+class EvalStats(StreamStats):
+    """What :func:`eval_stream` did; ``statuses`` counts the results written by status."""
+
+    statuses: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def evaluated(self) -> int:
+        return sum(self.statuses.values())
+
+    def verdicts(self) -> str:
+        return ", ".join(f"{v} {k}" for k, v in sorted(self.statuses.items())) or "none"
+
+    def summary(self, what: str = "eval") -> str:
+        skipped = self.skipped_done + self.skipped_shard + self.skipped_claimed
+        why = [
+            f"{n} {w}"
+            for n, w in (
+                (self.skipped_done, "already done"),
+                (self.skipped_shard, "in other shards"),
+                (self.skipped_claimed, "taken by other processes or done"),
+            )
+            if n
+        ]
+        parts = [
+            f"{self.read} read",
+            f"{self.written} written ({self.verdicts()})",
+            f"{skipped} skipped" + (f" ({', '.join(why)})" if why else ""),
+            f"{self.bad_lines} malformed",
+        ]
+        if self.failed:
+            parts.append(f"{self.failed} failed")
+        return f"{what}: " + ", ".join(parts) + f" in {self.seconds:.1f}s"
+
+
+def _rate(n: int, seconds: float) -> str:
+    return f"{3600.0 * n / seconds:.0f}/h" if seconds > 0 else "-"
+
+
+def eval_stream(
+    pool: SandboxPool,
+    *,
+    input: Path | None = None,
+    output: Path | None = None,
+    resume: bool = False,
+    on_error: OnError = OnError.stop,
+    shard: tuple[int, int] | None = None,
+    claim: Path | None = None,
+    window: int | None = None,
+    finish: Callable[[Candidate, EvalResult], EvalResult] | None = None,
+    desc: str = "eval",
+    summary_every: int = 10,
+) -> EvalStats:
+    """Evaluate the Candidate records of ``input`` (stdin when None) through ``pool``, at most
+    ``window`` in flight (default: the pool's), and write one EvalResult per candidate to
+    ``output`` (stdout when None) in input order, each line flushed as it is written.
+    ``finish(candidate, result)`` may rewrite a result before it is written.
+
+    With ``resume`` the candidates whose key is already in ``output`` are skipped. A malformed
+    line (or a record that is not a candidate) and an evaluation that raised are handled per
+    ``on_error``: ``stop`` reads no further input, writes the results still in flight and then
+    raises ``typer.Exit`` (2 for a malformed line, 1 for a raised evaluation); ``skip`` logs it;
+    ``emit`` writes an ErrorRecord in its place. With ``claim`` a candidate is evaluated only if
+    this process claims it, and marked done once its result is written.
+    """
+    if resume and output is None:
+        raise fail("--resume needs -o FILE (the file whose results are already done)")
+    stats = EvalStats()
+    t0 = time.monotonic()
+    done = done_keys(output) if (resume and output is not None) else set()
+    if done:
+        log(f"resume: {len(done)} results already in {output}")
+    claims = None
+    if claim is not None:  # several processes of a host share the stream
+        from cuda_agent.records.claims import Claims
+
+        claims = Claims(claim)
+    source = str(input) if input is not None else "<stdin>"
+    stop: list[tuple[str, int]] = []  # the first stop: message, exit code
+    inflight: deque[tuple[int, Candidate]] = deque()  # line, candidate; in pool.map's order
+
+    def error_record(n: int, message: str, raw: bytes = b"") -> ErrorRecord:
+        text = raw.decode(errors="replace")[:2000]
+        return ErrorRecord(line=n, message=message, raw=text, source=source)
+
+    def items() -> Iterator[Candidate | ErrorRecord]:
+        for n, rec in read_records(input):
+            if stop:
+                return
+            stats.read += 1
+            if isinstance(rec, DecodeError) or not isinstance(rec, Candidate):
+                stats.bad_lines += 1
+                if isinstance(rec, DecodeError):
+                    msg, raw = rec.message, rec.raw
+                else:
+                    msg, raw = f"expected kind candidate, got {rec.__struct_config__.tag!r}", b""
+                if on_error is OnError.stop:
+                    stop.append((f"line {n}: {msg}", 2))
+                    return
+                if on_error is OnError.emit:
+                    yield error_record(n, msg, raw)
+                else:
+                    log(f"line {n}: {msg} (skipped)")
+                continue
+            k = rec.key
+            if k in done:
+                stats.skipped_done += 1
+            elif not in_shard(k, shard):
+                stats.skipped_shard += 1
+            elif claims is not None and not claims.take(k):  # another process has it
+                stats.skipped_claimed += 1
+            else:
+                inflight.append((n, rec))
+                yield rec
+
+    log(
+        f"{desc}: backend={pool.backend} devices={','.join(pool.devices)}"
+        f" workers per {'GPU' if pool.backend == 'cuda' else 'host'}={pool.workers_per_device}"
+        f" compile workers={pool.compile_workers} window={window or pool.default_window}"
+    )
+    with RecordWriter(output, append=True) as writer:
+        for res in pool.map(items(), window, return_exceptions=True):
+            if isinstance(res, ErrorRecord):  # a malformed line under --on-error emit
+                writer.write(res)
+                stats.written += 1
+                continue
+            n, cand = inflight.popleft()
+            try:
+                if isinstance(res, BaseException):
+                    raise res
+                if finish is not None:
+                    res = finish(cand, res)
+            except Exception as e:  # noqa: BLE001 - reported with the line number
+                stats.failed += 1
+                msg = f"line {n}: {type_name(e)}: {e}"
+                if on_error is OnError.stop:
+                    if claims is not None:  # a later run takes it again
+                        claims.release(cand.key)
+                    if not stop:
+                        stop.append((msg, 1))
+                    log(f"{msg} (stopping after the candidates in flight)")
+                    continue
+                if on_error is OnError.emit:
+                    writer.write(error_record(n, msg))
+                    stats.written += 1
+                else:
+                    log(f"{msg} (skipped)")
+                if claims is not None:
+                    claims.done(cand.key)
+                continue
+            writer.write(res)
+            stats.written += 1
+            if claims is not None:
+                claims.done(cand.key)  # after the result is written
+            st = res.status.value
+            stats.statuses[st] = stats.statuses.get(st, 0) + 1
+            k, dt = stats.evaluated, time.monotonic() - t0
+            log(f"[{k} {_rate(k, dt)}] {res.key} {st} {res.seconds:.1f}s {res.message[:160]}")
+            if summary_every and k % summary_every == 0:
+                log(f"{desc}: {k} evaluated in {dt:.0f}s ({_rate(k, dt)}): {stats.verdicts()}")
+    stats.seconds = time.monotonic() - t0
+    log(stats.summary(desc))
+    if stop:
+        raise fail(*stop[0])
+    return stats
