@@ -327,7 +327,7 @@ def baseline_for_task(
     }
     t0 = time.monotonic()
     lines, err, tail = run_worker(request, timeout_s=timeout_s)
-    eager = compiled = None
+    eager = compiled = eager_plain = compile_plain = None
     wname, wver = dname, tver
     for d in lines:
         if d.get("stage") == "info":
@@ -337,6 +337,9 @@ def baseline_for_task(
         elif d.get("stage") == "paired":
             eager = _stats(d["eager"]) or eager
             compiled = _stats(d.get("compile"))
+        elif d.get("stage") == "nograph":
+            eager_plain = _stats(d.get("eager"))
+            compile_plain = _stats(d.get("compile"))
         elif d.get("stage") == "error":
             err = d.get("message") or err
     if err is None and compile_mode is not None and compiled is None:
@@ -349,6 +352,8 @@ def baseline_for_task(
         protocol_version=PROTOCOL_VERSION,
         eager=eager,
         compile=compiled,
+        eager_nograph=eager_plain,
+        compile_nograph=compile_plain,
         compile_mode=mode,
         backend=backend,
         error=err,

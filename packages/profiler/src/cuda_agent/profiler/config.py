@@ -10,7 +10,10 @@ from typing import Any, Literal
 #: ca-timing-2: the device is synchronised after the per-round input refresh (ca-timing-1 left it
 #: queued ahead of the round's first call only, which hid that call's host-side launch time:
 #: torch.compile's baseline was bimodal by its position in the round).
-PROTOCOL_VERSION = "ca-timing-2"
+#: ca-timing-3: a CUDA graph is used only after each replay is shown to redo its program's work
+#: (default-stream kernels run outside a capture: their replays did nothing and read as a cache
+#: hack); a baseline replayed from graphs is also timed without them (``Baseline.*_nograph``).
+PROTOCOL_VERSION = "ca-timing-3"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,12 @@ Per timed call (CUDA):
    again; if that finds new work in >= 10% of the calls, the result is flagged ``deferred_work``.
 Samples are taken until the relative standard error of the median is below the target (after
 ``min_samples``), or a sample/time cap. Programs under ``graph_threshold_ms`` are replayed from
-CUDA graphs (every side of a paired comparison alike).
+CUDA graphs (every side of a paired comparison alike), but only once every captured graph is
+shown to do its program's work: each replay, on inputs whose values were permuted after the
+capture and with its outputs poisoned (NaN) first, must give what an eager call gives on the
+same inputs. A kernel launched on the legacy default stream (``kernel<<<g, b>>>``, no stream,
+as most model-written extensions do) runs outside the capture, so its graph replays nothing;
+such a program is timed without graphs on every side (``cuda_graph_inert``).
 
 On ``device="cpu"`` the same API times with ``perf_counter`` (a cache-sized buffer is written
 before each call when ``flush_l2``).
@@ -48,6 +53,7 @@ F_STREAM = "stream_changed"  # the call left a different current stream; restore
 F_STALE = "stale_output"  # output unchanged although the inputs' values changed
 F_GRAPH = "cuda_graph"  # samples are CUDA-graph replays
 F_GRAPH_FAIL = "cuda_graph_failed"  # graph capture failed; timed eagerly
+F_GRAPH_INERT = "cuda_graph_inert"  # a captured graph did not redo its program's work; eager
 F_TIME_CAP = "time_cap"  # stopped by the time cap before reaching the target RSE
 F_MAX_SAMPLES = "max_samples"
 F_WARMUP = "warmup_unstable"  # warm-up hit its time cap without settling
@@ -516,13 +522,18 @@ def _run(
                     flags.add(F_GRAPH_FAIL)  # fresh sets per round cannot be captured
                 else:
                     try:
-                        calls.update(_capture_graphs(fns, get_set, n_slots, timer))
-                        use_graph = True
-                        flags.add(F_GRAPH)
-                        for _ in range(max(cfg.warmup_min_calls, 3)):
-                            slot, inputs, _ = next_inputs()
-                            for name in names:
-                                timer.time_call(call_for(name, slot, inputs))
+                        graphs = _capture_graphs(fns, get_set, n_slots, timer)
+                        inert = _inert_graphs(graphs, fns, get_set, timer)
+                        if inert:
+                            flags.add(F_GRAPH_INERT)
+                        else:
+                            calls.update(graphs)
+                            use_graph = True
+                            flags.add(F_GRAPH)
+                            for _ in range(max(cfg.warmup_min_calls, 3)):
+                                slot, inputs, _ = next_inputs()
+                                for name in names:
+                                    timer.time_call(call_for(name, slot, inputs))
                     except Exception:  # noqa: BLE001 - capture failure is a finding, not an error
                         calls.clear()
                         flags.add(F_GRAPH_FAIL)
@@ -683,7 +694,7 @@ def _throttled(clocks: list[float | None], cfg: TimingConfig) -> bool:
     return clocks[-1] < ref * (1.0 - cfg.throttle_rel)
 
 
-def _capture_graphs(fns, get_set, n_slots: int, timer) -> dict[tuple[str, int], Callable[[], Any]]:
+def _capture_graphs(fns, get_set, n_slots: int, timer) -> dict[tuple[str, int], _Replay]:
     """One CUDA graph per (function, input slot); replays return the captured outputs."""
     import torch
 
@@ -705,13 +716,87 @@ def _capture_graphs(fns, get_set, n_slots: int, timer) -> dict[tuple[str, int], 
             if pool is None:
                 pool = g.pool()
 
-            def replay(g=g, res=res):
-                g.replay()
-                return res
-
-            out[(name, slot)] = replay
+            out[(name, slot)] = _Replay(g, res)
     torch.cuda.synchronize(timer.device)
     return out
+
+
+@dataclass
+class _Replay:
+    """A captured graph as a call: replays it and returns the outputs the capture produced."""
+
+    graph: Any
+    outputs: Any
+
+    def __call__(self) -> Any:
+        self.graph.replay()
+        return self.outputs
+
+
+def _inert_graphs(
+    graphs: dict[tuple[str, int], _Replay], fns, get_set, timer
+) -> list[tuple[str, int]]:
+    """The (function, slot) graphs whose replay does not reproduce an eager call.
+
+    For each graph: the slot's floating inputs are permuted in place (same values, other
+    positions: the task's distribution is kept), an eager call gives the expected output, the
+    graph's own output tensors are filled with NaN (unless they alias an input), and one replay
+    must then give the expected output (``rtol`` 1e-3). A graph that recorded none or only part
+    of the work (kernels launched on the legacy default stream run outside a capture) leaves
+    NaN or stale values and is named here."""
+    import torch
+
+    inert = []
+    with torch.no_grad():
+        for (name, slot), replay in graphs.items():
+            inputs = list(get_set(slot))
+            _permute_inputs(inputs)
+            torch.cuda.synchronize(timer.device)
+            expected = _clone_tensors(fns[name](*inputs))
+            torch.cuda.synchronize(timer.device)
+            in_ptrs = {t.untyped_storage().data_ptr() for t in _iter_tensors(inputs)}
+            for t in _iter_tensors(replay.outputs):
+                if t.is_floating_point() and t.untyped_storage().data_ptr() not in in_ptrs:
+                    t.fill_(float("nan"))
+            got = replay()
+            torch.cuda.synchronize(timer.device)
+            if not _outputs_match(got, expected):
+                inert.append((name, slot))
+    return inert
+
+
+def _permute_inputs(inputs: Sequence[Any]) -> None:
+    """Roll every floating input tensor's values by one position, in place."""
+    for t in _iter_tensors(list(inputs)):
+        if t.is_floating_point() and t.numel() > 1 and not t.requires_grad:
+            t.copy_(t.reshape(-1).roll(1).reshape(t.shape))
+
+
+def _clone_tensors(out: Any) -> list[Any]:
+    return [t.detach().clone() for t in _iter_tensors(out)]
+
+
+def _outputs_match(got: Any, expected: list[Any]) -> bool:
+    import torch
+
+    tensors = list(_iter_tensors(got))
+    if len(tensors) != len(expected):
+        return False
+    for a, b in zip(tensors, expected, strict=True):
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if not a.is_floating_point():
+            if not torch.equal(a, b):
+                return False
+            continue
+        a64, b64 = a.double(), b.double()
+        if torch.isnan(a64).ne(torch.isnan(b64)).any():
+            return False
+        scale = float(b64.nan_to_num(0.0, 0.0, 0.0).abs().max()) if b64.numel() else 0.0
+        ok = torch.isclose(a64, b64, rtol=1e-3, atol=1e-3 * scale + 1e-6, equal_nan=True)
+        if not bool(ok.all()):
+            return False
+    return True
 
 
 _TRACE_READY = False

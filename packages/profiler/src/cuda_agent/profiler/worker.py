@@ -2,7 +2,9 @@
 prints JSON lines on stdout as results become available (so a timeout keeps partial results).
 
 Requests: ``{"op": "baseline", "ref_code", "device", "compile_mode", "config", "seed"}``.
-Lines: ``{"stage": "info"|"eager"|"paired"|"error", ...}``.
+Lines: ``{"stage": "info"|"eager"|"paired"|"nograph"|"error", ...}``. A baseline replayed from
+CUDA graphs is timed once more without them (``nograph``): the figure a candidate whose graph
+does not replay its work (default-stream kernels, ``cuda_graph_inert``) is compared with.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ def _baseline(req: dict[str, Any]) -> int:
 
     from .baseline import device_name, load_reference, make_input_pool
     from .config import TimingConfig
-    from .timing import measure, paired
+    from .timing import F_GRAPH, measure, paired
 
     device = req.get("device", "cuda")
     cfg = TimingConfig.from_dict(req.get("config") or {})
@@ -44,6 +46,9 @@ def _baseline(req: dict[str, Any]) -> int:
     _emit({"stage": "eager", "stats": msgspec.to_builtins(eager)})
     mode = req.get("compile_mode")
     if mode is None:
+        if F_GRAPH in eager.flags:
+            plain = measure(model, pool, device=device, config=cfg.with_(cuda_graph="off"))
+            _emit({"stage": "nograph", "eager": msgspec.to_builtins(plain)})
         return 0
     try:
         compiled = torch.compile(model, mode=None if mode == "default" else mode)
@@ -64,6 +69,20 @@ def _baseline(req: dict[str, Any]) -> int:
             "flags": res.flags,
         }
     )
+    if res.cuda_graph:
+        plain = paired(
+            {"eager": model, "compile": compiled},
+            pool,
+            device=device,
+            config=cfg.with_(cuda_graph="off"),
+        )
+        _emit(
+            {
+                "stage": "nograph",
+                "eager": msgspec.to_builtins(plain.stats["eager"]),
+                "compile": msgspec.to_builtins(plain.stats["compile"]),
+            }
+        )
     return 0
 
 

@@ -53,6 +53,10 @@ class Baseline(msgspec.Struct, kw_only=True):
     protocol_version: str
     eager: TimingStats | None = None
     compile: TimingStats | None = None
+    # set when eager/compile were replayed from CUDA graphs: the same programs timed without
+    # graphs, the figures for a candidate that cannot be graph-timed (every side alike)
+    eager_nograph: TimingStats | None = None
+    compile_nograph: TimingStats | None = None
     compile_mode: str = "default"
     backend: str = "cuda"
     error: str | None = None

@@ -25,6 +25,9 @@ class SandboxConfig:
     verify_timeout_s: float = 300.0
     time_timeout_s: float = 600.0
     baseline_timeout_s: float = 1200.0
+    # how long a verification waits for the GPU memory, host memory and disk it needs (other
+    # evaluations freeing theirs) before it is an infra_error naming the resource (admission.py)
+    admission_timeout_s: float = 900.0
     # timing
     timing: bool = True
     timing_config: dict[str, Any] | None = (

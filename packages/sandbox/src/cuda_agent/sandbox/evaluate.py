@@ -63,8 +63,8 @@ from cuda_agent.records import (
     TrialDetail,
 )
 
+from . import admission
 from .build import build_cache, build_workdir
-from .compare import Tolerance, compare
 from .config import SandboxConfig, resolve_backend
 from .gate import DeviceGate, Occupant, device_gate, domain_of
 from .isolation import Limits, Outcome, cap_text, caps, prepare_writable, run_confined
@@ -97,16 +97,18 @@ class Prepared:
 @dataclass
 class _RefState:
     """What the reference phase produced: the trials (secret seeds), the files the candidate
-    gets, the reference outputs (on disk, hidden from the candidate, or in memory)."""
+    and the judge get, and the sizes (its trusted report) admission control sizes phases by."""
 
     trials: list[dict[str, Any]]
     init_seed: int
     init_path: Path
     sd_path: Path
-    refs: Any
     hidden: list[Path]
     device_name: str
     isolation: dict[str, str]
+    input_bytes: int = 0
+    output_bytes: int = 0
+    param_bytes: int = 0
 
 
 def cache_root(config: SandboxConfig) -> Path:
@@ -343,50 +345,6 @@ def _setup_failure(p: Prepared, phase: str, error: str, corr: Any) -> EvalResult
         f"sandbox error before the candidate's code ran ({phase}): " + error.splitlines()[0][:500],
         correctness=corr,
     )
-
-
-OUTPUT_CHECK_BYTES = 2 << 30  # the guards' cross-trial output checks hold all outputs at once
-
-
-def _load_output(path: Path, *, trusted: bool) -> Any:
-    """An output file a runner process wrote with ``torch.save``, memory-mapped: no copy (the
-    comparison reads the pages the writer just left in the page cache; with the writers' CRC-32
-    off, a 256 MB trial's hand-over takes 0.59x the time: benchmarks/output_handover_ab.py).
-    Only the reference's (``trusted``) may unpickle freely."""
-    import torch
-
-    return torch.load(path, weights_only=not trusted, mmap=True)
-
-
-class _LazyRefs:
-    """Reference outputs on disk, loaded on access (trusted files: full unpickling)."""
-
-    def __init__(self, d: Path, n: int):
-        self.d, self.n = d, n
-
-    def __getitem__(self, i: int) -> Any:
-        return _load_output(self.d / f"ref_{i}.pt", trusted=True)
-
-
-def _load_and_delete(d: Path, n: int) -> list[Any]:
-    out = []
-    for i in range(n):
-        f = d / f"ref_{i}.pt"
-        out.append(_load_output(f, trusted=True))
-        f.unlink()
-    return out
-
-
-def _nbytes(obj: Any) -> int:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, (list, tuple)):
-        return sum(_nbytes(x) for x in obj)
-    if isinstance(obj, dict):
-        return sum(_nbytes(x) for x in obj.values())
-    return 0
 
 
 def _parse_guards(raw: Any) -> list[GuardViolation]:
@@ -929,6 +887,105 @@ class _EarlyVerify:
         self.thread.join()
 
 
+class _Judge:
+    """The trusted comparison (runner op ``judge``) in a thread: it recomputes each trial's
+    reference output on the device and compares the candidate's output file as it appears.
+    :meth:`candidate_done` tells it the candidate's process has ended (a file missing then is
+    missing for good); if the judge fails, ``shared/judge.failed`` tells a waiting candidate."""
+
+    def __init__(
+        self,
+        p: Prepared,
+        name: str,
+        files: list[tuple[str, int]],
+        rs: _RefState,
+        env: dict[str, str],
+        slot: int,
+        device: str,
+        mem_fraction: float | None,
+    ):
+        assert p.root is not None and p.work is not None
+        cfg = p.config
+        private, shared = p.root / "private", p.root / "shared"
+        self.done = shared / f"{name}.done"
+        self.failed = shared / "judge.failed"
+        for f in (self.done, self.failed):
+            f.unlink(missing_ok=True)
+        self.spec = {
+            "op": "judge",
+            "ref_path": str(p.work / "model.py"),
+            "device": device,
+            "init_seed": rs.init_seed,
+            "init_path": str(rs.init_path),
+            "sd_path": str(rs.sd_path),
+            "trials": rs.trials,
+            "io_dir": str(p.root / "io"),
+            "outputs": [{"file": f, "trial": i} for f, i in files],
+            "done_path": str(self.done),
+            "tol": {"atol": cfg.atol, "rtol": cfg.rtol, "norm_tol": cfg.norm_tol},
+            "guard_policy": cfg.guard_policy,
+            "report": str(private / f"{name}.report.json"),
+            "mem_fraction": mem_fraction,
+            "wait_s": cfg.verify_timeout_s + 60.0,
+        }
+        self.kw = dict(
+            cwd=p.work,
+            env=env,
+            limits=_limits(
+                cfg, cfg.verify_timeout_s + cfg.reference_timeout_s, p.backend, drop_user=False
+            ),
+            slot=slot,
+            writable=[private, p.root / "io"],
+            warm=cfg.warm_spares(),
+            fork=cfg.fork_server,
+        )
+        self.private = private
+        self.thread: threading.Thread | None = None
+        self.result: tuple[Outcome, dict[str, Any]] | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> tuple[Outcome, dict[str, Any]]:
+        """Run the judge to its end here; its outcome and report (``ok`` False on failure)."""
+        out, rep = _run_op(self.spec, self.private, **self.kw)
+        if out.returncode != 0 or not rep.get("ok"):
+            rep["ok"] = False
+            with contextlib.suppress(OSError):
+                self.failed.touch(mode=0o644)
+        return out, rep
+
+    def start(self) -> None:
+        def target() -> None:
+            try:
+                self.result = self.run()
+            except BaseException as e:  # noqa: BLE001 - re-raised by join()
+                self.error = e
+                with contextlib.suppress(OSError):
+                    self.failed.touch(mode=0o644)
+
+        self.thread = threading.Thread(target=target, name="judge", daemon=True)
+        self.thread.start()
+
+    def candidate_done(self) -> None:
+        self.done.touch(mode=0o644)
+
+    def join(self) -> tuple[Outcome, dict[str, Any]]:
+        assert self.thread is not None
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+
+def _gpu_index(backend: str, gpu: str | None) -> str | None:
+    """The GPU a cuda evaluation runs on, as NVML numbers it (None on cpu)."""
+    if backend != "cuda":
+        return None
+    if gpu is None:
+        gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
+    return gpu
+
+
 def _reference_phase(
     p: Prepared,
     env: dict[str, str],
@@ -967,7 +1024,6 @@ def _reference_phase(
         "trials": trials,
         "init_path": str(init_path),
         "sd_path": str(sd_path),
-        "ref_out_dir": str(private),
         "report": str(private / "reference.report.json"),
         "mem_fraction": mem_fraction,
     }
@@ -994,19 +1050,18 @@ def _reference_phase(
     p.meta["device"] = rep.get("device_name", device)
     for f in (init_path, sd_path):
         os.chmod(f, 0o644)
-    # the candidate must never see a reference output: with namespaces the files stay on disk,
-    # covered by an empty mount in the candidate's view, and are loaded one at a time; without,
-    # they are loaded into memory here and deleted before the candidate starts
-    hide_refs = caps().network_ns
-    refs: Any = _LazyRefs(private, n_trials) if hide_refs else _load_and_delete(private, n_trials)
-    hidden = [private] if hide_refs else []
+    # no reference output is kept (the judge recomputes them); the reference's and the judge's
+    # files are covered by an empty mount in the candidate's view where namespaces allow
+    hidden = [private] if caps().network_ns else []
     return _RefState(
         trials=trials,
         init_seed=init_seed,
         init_path=init_path,
         sd_path=sd_path,
-        refs=refs,
         hidden=hidden,
+        input_bytes=int(rep.get("input_bytes") or 0),
+        output_bytes=int(rep.get("output_bytes") or 0),
+        param_bytes=int(rep.get("param_bytes") or 0),
         device_name=rep.get("device_name", device),
         isolation=out.isolation,
     )
@@ -1055,6 +1110,7 @@ def _run_on_device(
             "own_kernels": p.meta.get("own_kernels") or [],
             "report": str(io / "candidate.report.json"),
             "mem_fraction": mem_fraction,
+            "judge_failed_path": str(root / "shared" / "judge.failed"),
         }
 
     def confined(timeout_s: float, hidden: list[Path]) -> dict[str, Any]:
@@ -1112,78 +1168,84 @@ def _run_on_device(
         p.meta["reference_reused"] = True  # a re-run alone: same secret trials, same outputs
     p.meta["device"] = rs.device_name
     p.meta["isolation"] = rs.isolation
-    trials, init_seed, refs, hidden = rs.trials, rs.init_seed, rs.refs, rs.hidden
+    trials, init_seed, hidden = rs.trials, rs.init_seed, rs.hidden
     init_path, sd_path = rs.init_path, rs.sd_path
-    t, t_wall = time.monotonic(), time.time()
-    if early is not None:  # started by the reference phase, which returned its outputs
-        out, rep = early.go()  # the stage counts from here: the process was waiting, warm
-        p.meta["verify_started_early"] = True
-    else:
-        out, rep = verify(cand_spec_for(trials, init_seed, init_path, sd_path), hidden)
-    p.stages["verify"] = time.monotonic() - t
-    _record_phases(p, "verify", rep, stage_t0=t_wall if early is not None else None)
-    p.meta["isolation"] = out.isolation
+    judge_env = dict(env, HOME=str(root / "private"), TMPDIR=str(root / "private"))
 
-    def time_op() -> _TimeOp:
+    def judge(name: str, files: list[tuple[str, int]]) -> _Judge:
+        return _Judge(p, name, files, rs, judge_env, slot, device, mem_fraction)
+
+    need = admission.verification_need(rs.input_bytes, rs.output_bytes, rs.param_bytes, p.backend)
+    try:
+        room = admission.reserve(
+            need, gpu=_gpu_index(p.backend, gpu), disk_at=io, timeout_s=cfg.admission_timeout_s
+        )
+        waited = room.__enter__()
+    except admission.NoRoom as e:
+        if early is not None:
+            early.cancel()
+        return _result(p, Status.INFRA_ERROR, f"sandbox out of resources (verification): {e}")
+    p.stages["admission_wait"] = waited
+    try:
+        t, t_wall = time.monotonic(), time.time()
+        verdicts = judge("judge", [(f"out_{i}.pt", i) for i in range(n_trials)])
+        verdicts.start()
+        try:
+            if early is not None:  # started by the reference phase, waiting, warm
+                out, rep = early.go()  # the stage counts from here
+                p.meta["verify_started_early"] = True
+            else:
+                out, rep = verify(cand_spec_for(trials, init_seed, init_path, sd_path), hidden)
+        finally:
+            verdicts.candidate_done()
+        p.stages["verify"] = time.monotonic() - t
+        t_compare = time.monotonic()
+        jout, jrep = verdicts.join()
+        # the judge's work after the candidate's process ended (the rest overlapped it)
+        p.stages["compare"] = time.monotonic() - t_compare
+    finally:
+        room.__exit__(None, None, None)
+    _record_phases(p, "verify", rep, stage_t0=t_wall if early is not None else None)
+    _record_phases(p, "judge", jrep)
+    p.meta["isolation"] = out.isolation
+    if not jrep.get("ok"):
+        return _result(p, Status.INFRA_ERROR, "comparison failed: " + _error_text(jout, jrep))
+
+    def time_op(b: Any) -> _TimeOp:
         tspec = dict(
             cand_spec_for(trials, init_seed, init_path, sd_path),
             op="time",
             report=str(io / "time.report.json"),
-            timing_config=_timing_config(cfg, p.backend),
+            timing_config=_timing_config(cfg, p.backend, b),
             timing_sets=cfg.timing_sets,
         )
         return _TimeOp(tspec, root, io, **confined(cfg.time_timeout_s, hidden))
 
-    if cfg.timing and cfg.early_time and out.returncode == 0 and rep.get("ok"):
+    # the baseline decides whether the candidate is graph-timed, so it is known before timing;
+    # only a cached one is read this early (a failing candidate measures none)
+    base = _known_baseline(c, cfg, p.backend, gpu)
+    if (
+        cfg.timing
+        and cfg.early_time
+        and out.returncode == 0
+        and rep.get("ok")
+        and (base is not None or not _wants_baseline(cfg, p.backend))
+    ):
         # the timing process imports torch while the outputs are compared (3 s on the H200)
-        early_time.append(time_op())
+        early_time.append(time_op(base))
         early_time[0].start_early(start_timeout_s=cfg.verify_timeout_s + 600.0)
-    t_compare = time.monotonic()
-    tol = Tolerance(cfg.atol, cfg.rtol, cfg.norm_tol)
-    details: list[TrialDetail] = []
-    cand_outs: list[Any] = []
-    out_bytes = 0
-    for i, tr in enumerate(trials):
-        f = io / f"out_{i}.pt"
-        if not f.exists():
-            details.append(TrialDetail(variant=tr["variant"], passed=False, message="no output"))
-            continue
-        try:
-            cand_out = _load_output(f, trusted=False)
-        except Exception as e:  # noqa: BLE001 - whatever the candidate wrote
-            details.append(
-                TrialDetail(
-                    variant=tr["variant"],
-                    passed=False,
-                    message=f"unreadable output: {type(e).__name__}: {e}"[:500],
-                )
-            )
-            continue
-        out_bytes += _nbytes(cand_out)
-        if out_bytes <= OUTPUT_CHECK_BYTES:
-            cand_outs.append(cand_out)
-        v = compare(refs[i], cand_out, tol)
-        details.append(
-            TrialDetail(
-                variant=tr["variant"],
-                passed=v.passed,
-                max_abs_err=v.max_abs_err,
-                max_rel_err=v.max_rel_err,
-                rel_norm_err=v.rel_norm_err,
-                message=v.message,
-            )
+    details = [
+        TrialDetail(
+            variant=tr["variant"],
+            passed=bool(v.get("passed")),
+            max_abs_err=v.get("max_abs_err"),
+            max_rel_err=v.get("max_rel_err"),
+            rel_norm_err=v.get("rel_norm_err"),
+            message=str(v.get("message") or "")[:500],
         )
-        with contextlib.suppress(OSError):
-            f.unlink()
-    if cfg.guard_policy != "off" and len(cand_outs) == n_trials:
-        from cuda_agent.guards.api import output_checks
-
-        p.guards.extend(
-            output_checks([refs[i] for i in range(n_trials)], cand_outs, policy=cfg.guard_policy)
-        )
-    # the trusted parent loading and comparing the outputs, and the guards' output checks
-    # (device worker time, not the GPU's)
-    p.stages["compare"] = time.monotonic() - t_compare
+        for tr, v in zip(trials, jrep.get("trials") or [], strict=False)
+    ]
+    p.guards.extend(_parse_guards(jrep.get("guards")))
     passed = (
         len(details) == n_trials
         and all(d.passed for d in details)
@@ -1237,8 +1299,12 @@ def _run_on_device(
     if not cfg.timing:
         return _result(p, Status.OK, "correct (timing skipped)", correctness=corr)
     # 3. timing in a fresh process, then the re-check of a call made after the timed ones
+    if base is None and _wants_baseline(cfg, p.backend):
+        t = time.monotonic()
+        base = _baseline(c, cfg, p.backend, gpu, turn)
+        p.stages["baseline"] = time.monotonic() - t
     t, t_wall = time.monotonic(), time.time()
-    timer = early_time[0] if early_time else time_op()
+    timer = early_time[0] if early_time else time_op(base)
     out, rep, waited = timer.run(turn)
     p.stages["time"] = time.monotonic() - t - waited  # from the start signal when early
     p.stages["time_wait"] = waited
@@ -1267,16 +1333,18 @@ def _run_on_device(
             "candidate failed while timed: " + _error_text(out, rep).splitlines()[0][:500],
             correctness=corr,
         )
-    tf = io / "timed_out.pt"
-    try:
-        v = compare(refs[0], _load_output(tf, trusted=False), tol)
-    except Exception as e:  # noqa: BLE001
-        v = None
-        msg = f"unreadable output after timing: {type(e).__name__}"
-    if v is None or not v.passed:
-        msg = msg if v is None else v.message
+    t = time.monotonic()
+    with turn.shared("recheck"):
+        recheck = judge("recheck", [("timed_out.pt", 0)])
+        recheck.candidate_done()  # the timing process has ended: its file is there or never
+        jout, jrep = recheck.run()
+    p.stages["recheck"] = time.monotonic() - t
+    if not jrep.get("ok"):
+        return _result(p, Status.INFRA_ERROR, "re-check failed: " + _error_text(jout, jrep))
+    v = (jrep.get("trials") or [{"passed": False, "message": "no verdict"}])[0]
+    if not v.get("passed"):
         corr.passed = False
-        corr.message = "output after the timed calls is wrong: " + msg
+        corr.message = "output after the timed calls is wrong: " + str(v.get("message"))[:500]
         return _result(p, Status.INCORRECT, corr.message, correctness=corr)
     cand_stats = TimingStats(
         **{k: val for k, val in rep["stats"].items() if k in TimingStats.__struct_fields__}
@@ -1289,19 +1357,17 @@ def _run_on_device(
     )
     speed_e = speed_c = None
     if cfg.baselines:
-        t = time.monotonic()
-        b = _baseline(c, cfg, p.backend, gpu, turn)
-        p.stages["baseline"] = time.monotonic() - t
+        b = base
         if b is not None:
-            timing.eager, timing.compile = b.eager, b.compile
+            timing.eager, timing.compile = _comparable_baseline(b, cand_stats)
             if b.error:
                 timing.flags.append(f"baseline: {b.error[:200]}")
-            if b.eager and cand_stats.median_ms > 0:
-                speed_e = b.eager.median_ms / cand_stats.median_ms
-                timing.speedup_vs_eager_ci = _ratio_ci(b.eager, cand_stats)
-            if b.compile and cand_stats.median_ms > 0:
-                speed_c = b.compile.median_ms / cand_stats.median_ms
-                timing.speedup_vs_compile_ci = _ratio_ci(b.compile, cand_stats)
+            if timing.eager and cand_stats.median_ms > 0:
+                speed_e = timing.eager.median_ms / cand_stats.median_ms
+                timing.speedup_vs_eager_ci = _ratio_ci(timing.eager, cand_stats)
+            if timing.compile and cand_stats.median_ms > 0:
+                speed_c = timing.compile.median_ms / cand_stats.median_ms
+                timing.speedup_vs_compile_ci = _ratio_ci(timing.compile, cand_stats)
     from cuda_agent.guards.api import timing_checks
 
     bound = _speed_of_light_ms(c, p.backend, gpu, turn) if cfg.guard_policy != "off" else None
@@ -1390,13 +1456,58 @@ def _protocol() -> str:
     return PROTOCOL_VERSION
 
 
-def _timing_config(cfg: SandboxConfig, backend: str) -> dict[str, Any]:
+def _timing_config(cfg: SandboxConfig, backend: str, baseline: Any = None) -> dict[str, Any]:
+    """The candidate's timing protocol. Unless the user's ``timing_config`` sets ``cuda_graph``,
+    the task's baseline decides it: graph replays where the baseline was graph-timed (the
+    profiler still times eagerly a candidate whose graph does not redo its work, and that
+    candidate is then compared with the baseline's figures without graphs), none otherwise.
+    The candidate's own pilot, noisy near the threshold, no longer decides."""
     from cuda_agent.profiler import TimingConfig, quick_config
 
     base = quick_config() if backend == "cpu" else TimingConfig()
     d = base.to_dict()
+    if baseline is not None and baseline.eager is not None:
+        from cuda_agent.profiler.timing import F_GRAPH
+
+        d["cuda_graph"] = "on" if F_GRAPH in baseline.eager.flags else "off"
     d.update(cfg.timing_config or {})
     return d
+
+
+def _comparable_baseline(b: Any, cand: TimingStats) -> tuple[Any, Any]:
+    """The baseline's (eager, compile) timed as the candidate was: with CUDA graphs only if the
+    candidate's samples are graph replays."""
+    from cuda_agent.profiler.timing import F_GRAPH
+
+    if F_GRAPH in cand.flags or b.eager_nograph is None:
+        return b.eager, b.compile
+    return b.eager_nograph, b.compile_nograph or b.compile
+
+
+def _wants_baseline(cfg: SandboxConfig, backend: str) -> bool:
+    return cfg.timing and cfg.baselines
+
+
+def _known_baseline(c: Candidate, cfg: SandboxConfig, backend: str, gpu: str | None) -> Any:
+    """The task's baseline on this device when it is known without measuring: from the task
+    record when it matches, else from the profiler's cache; None otherwise."""
+    from cuda_agent.profiler import PROTOCOL_VERSION
+    from cuda_agent.profiler.baseline import device_name
+
+    want_compile = cfg.compile_baseline if cfg.compile_baseline is not None else backend == "cuda"
+    device = "cuda" if backend == "cuda" else "cpu"
+    b = c.task.baseline
+    if (
+        b is not None
+        and b.backend == backend
+        and b.protocol_version == PROTOCOL_VERSION
+        and b.eager is not None
+    ):
+        with contextlib.suppress(Exception):
+            if b.device == device_name(device):
+                return b
+    with _BASELINE_LOCK:
+        return _cached_baseline(c, backend, gpu, device, want_compile)
 
 
 def _ratio_ci(base: TimingStats, cand: TimingStats) -> tuple[float, float] | None:
@@ -1429,28 +1540,16 @@ def _baseline(c: Candidate, cfg: SandboxConfig, backend: str, gpu: str | None, t
     """The task's eager/compile baseline on this device: from the task record when it matches,
     else from the profiler's cache, else measured by the profiler (own process, holding the
     device's gate exclusive, then cached per task and device)."""
-    from cuda_agent.profiler import PROTOCOL_VERSION, TimingConfig, quick_config
-    from cuda_agent.profiler.baseline import device_name
+    from cuda_agent.profiler import TimingConfig, quick_config
 
+    hit = _known_baseline(c, cfg, backend, gpu)
+    if hit is not None:
+        return hit
     want_compile = cfg.compile_baseline if cfg.compile_baseline is not None else backend == "cuda"
     device = "cuda" if backend == "cuda" else "cpu"
-    b = c.task.baseline
-    if (
-        b is not None
-        and b.backend == backend
-        and b.protocol_version == PROTOCOL_VERSION
-        and b.eager is not None
-    ):
-        with contextlib.suppress(Exception):
-            if b.device == device_name(device):
-                return b
     tc = quick_config() if backend == "cpu" else TimingConfig()
     if cfg.timing_config:
         tc = TimingConfig.from_dict({**tc.to_dict(), **cfg.timing_config})
-    with _BASELINE_LOCK:
-        hit = _cached_baseline(c, backend, gpu, device, want_compile)
-    if hit is not None:
-        return hit
     # gate first, then the lock: a thread never waits for a gate while holding the lock
     with turn.exclusive("baseline"), _BASELINE_LOCK:
         return _baseline_locked(c, cfg, backend, gpu, device, want_compile, tc)

@@ -3,8 +3,16 @@
 Operations (``spec["op"]``):
 
 - ``reference`` (trusted code only): build ``Model`` under the init seed, save its state_dict,
-  and for every trial draw the inputs from the trial's seed and variant, run the model and save
-  the outputs where only the parent can read them.
+  and for every trial draw the inputs from the trial's seed and variant and run the model once
+  (its outputs are not kept: the judge recomputes them on the device); report the trials'
+  input and output bytes, which the parent's admission control sizes the next phases by.
+- ``judge`` (trusted code only; runs beside ``candidate``): rebuild ``Model`` with the
+  reference's weights, and for each expected output file recompute the trial's reference
+  output on the device, wait for the candidate's file, compare on the device (``compare``),
+  delete the file (the candidate writes its next output only then: one output on disk at a
+  time), and report a verdict per trial plus the guards' cross-trial output checks (on strided
+  samples of at most ``SKETCH_ELEMENTS`` elements per tensor). No multi-GB tensor is written by
+  the reference, and none is held on the host for the comparison.
 - ``compile`` (candidate code, kernelbench format): import ``model_new.py`` so its
   ``load_inline`` builds run (cached by content); report each build.
 - ``candidate`` (candidate code): build ``ModelNew``, load the reference's state_dict, draw each
@@ -84,13 +92,29 @@ def apply_variant(inputs: list[Any], variant: str) -> list[Any]:
 
 def _save_output(obj: Any, path: Path) -> None:
     """``torch.save`` of an output moved to the CPU, without the zip's CRC-32 (about half the
-    time for a large output; the file lives on this host only until the parent has read it)."""
+    time for a large output; the file lives on this host only until the judge has read it),
+    written under a temporary name and renamed: a reader never sees a partial file."""
     import torch
 
     set_crc = getattr(torch.serialization, "set_crc32_options", None)  # torch >= 2.6
     if set_crc is not None:
         set_crc(False)
-    torch.save(_to_cpu(obj), path)
+    tmp = path.with_name(path.name + ".part")
+    torch.save(_to_cpu(obj), tmp)
+    os.replace(tmp, path)
+
+
+def _wait_consumed(path: Path, spec: dict[str, Any]) -> None:
+    """Wait until the judge has deleted ``path`` (its previous output), so that at most one
+    output of this process is on disk at a time; stop when the parent says the judge failed."""
+    failed = Path(spec["judge_failed_path"])
+    deadline = time.monotonic() + float(spec.get("stream_wait_s", 600.0))
+    while path.exists():
+        if failed.exists():
+            raise RuntimeError("the evaluator's comparison process stopped")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path.name} was not consumed by the judge")
+        time.sleep(0.002)
 
 
 def _to_cpu(obj: Any) -> Any:
@@ -227,9 +251,9 @@ def op_reference(spec: dict[str, Any], report: dict[str, Any]) -> None:
         model = ref.make_model(device=device, seed=int(spec["init_seed"]), init_inputs=init_inputs)
         sd = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
         torch.save(sd, spec["sd_path"])
-    out_dir = Path(spec["ref_out_dir"])
     times = []
-    for i, trial in enumerate(spec["trials"]):
+    in_bytes = out_bytes = 0
+    for trial in spec["trials"]:
         with _phase(report, "inputs"):
             inputs = _trial_inputs(ref, trial, device)
         t0 = time.perf_counter()
@@ -237,10 +261,153 @@ def op_reference(spec: dict[str, Any], report: dict[str, Any]) -> None:
             out = model(*inputs)
             _sync(device)
         times.append(time.perf_counter() - t0)
-        with _phase(report, "save"):
-            _save_output(out, out_dir / f"ref_{i}.pt")
+        in_bytes, out_bytes = max(in_bytes, tensor_bytes(inputs)), max(out_bytes, tensor_bytes(out))
         del out, inputs
     report["forward_s"] = times
+    report["input_bytes"] = in_bytes
+    report["output_bytes"] = out_bytes
+    report["param_bytes"] = tensor_bytes(sd)
+
+
+SKETCH_ELEMENTS = 1 << 22  # per output tensor, for the cross-trial output checks
+
+
+def tensor_bytes(obj: Any) -> int:
+    """Bytes of the tensors in a (nested) output or input list."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(x) for x in obj)
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(x) for x in obj.values())
+    return 0
+
+
+def _sketch(obj: Any) -> Any:
+    """``obj`` with each tensor replaced by a strided sample of at most ``SKETCH_ELEMENTS`` of
+    its elements, on the CPU (the same positions for equal shapes)."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        flat = obj.detach().reshape(-1)
+        step = -(-flat.numel() // SKETCH_ELEMENTS) if flat.numel() > SKETCH_ELEMENTS else 1
+        return flat[::step].to("cpu")
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_sketch(x) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _sketch(v) for k, v in obj.items()}
+    return obj
+
+
+def _to_device(obj: Any, device: str) -> Any:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_device(x, device) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _to_device(v, device) for k, v in obj.items()}
+    return obj
+
+
+def _wait_output(path: Path, done: Path, deadline: float) -> bool:
+    """Poll for the candidate's output file; False once the candidate is done without it."""
+    while not path.exists():
+        if done.exists():
+            return path.exists()
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no {path.name} from the candidate and no end of its process")
+        time.sleep(0.002)
+    return True
+
+
+def op_judge(spec: dict[str, Any], report: dict[str, Any]) -> None:
+    with _phase(report, "import_torch"):
+        import msgspec
+        import torch
+
+        from .compare import Tolerance, compare
+    device = spec["device"]
+    with _phase(report, "init_device"):
+        _init_device(spec)
+    with _phase(report, "init"):
+        ref = _load_reference(spec)
+        init_inputs = torch.load(spec["init_path"], weights_only=False)  # the reference's file
+        model = ref.make_model(device=device, seed=int(spec["init_seed"]), init_inputs=init_inputs)
+        model.load_state_dict(torch.load(spec["sd_path"], weights_only=True))
+    tol = Tolerance(**spec["tol"])
+    io, done = Path(spec["io_dir"]), Path(spec["done_path"])
+    deadline = time.monotonic() + float(spec.get("wait_s", 3600.0))
+    verdicts: list[dict[str, Any]] = []
+    ref_sk: list[Any] = []
+    cand_sk: list[Any] = []
+    for item in spec["outputs"]:
+        trial = spec["trials"][int(item["trial"])]
+        with _phase(report, "reference"), torch.no_grad():
+            inputs = _trial_inputs(ref, trial, device)
+            expected = model(*inputs)
+            del inputs
+            _sync(device)
+        f = io / item["file"]
+        with _phase(report, "wait_candidate"):
+            present = _wait_output(f, done, deadline)
+        verdict = _judge_file(f, present, expected, tol, device, compare, report)
+        verdicts.append(verdict)
+        if verdict.pop("sketch", None) is not None:
+            ref_sk.append(_sketch(expected))
+            cand_sk.append(verdict.pop("cand_sketch"))
+        del expected
+        with contextlib.suppress(OSError):
+            f.unlink()
+    report["trials"] = verdicts
+    policy = spec.get("guard_policy", "off")
+    if policy != "off" and len(cand_sk) == len(spec["outputs"]) > 1:
+        from cuda_agent.guards.api import output_checks
+
+        with _phase(report, "output_checks"):
+            report["guards"] = [
+                msgspec.to_builtins(g) for g in output_checks(ref_sk, cand_sk, policy=policy)
+            ]
+
+
+def _judge_file(
+    f: Path, present: bool, expected: Any, tol: Any, device: str, compare: Any, report: dict
+) -> dict[str, Any]:
+    """One trial's verdict (``passed``, ``message``, errors); ``sketch``/``cand_sketch`` set
+    when the candidate's output was read."""
+    import torch
+
+    if not present:
+        return {"passed": False, "message": "no output"}
+    limit = 2 * tensor_bytes(expected) + (64 << 20)  # the zip's own overhead is small
+    size = f.stat().st_size
+    if size > limit:
+        return {
+            "passed": False,
+            "message": f"output file of {size} bytes for a reference output of "
+            f"{tensor_bytes(expected)} bytes",
+        }
+    try:
+        with _phase(report, "load_candidate"):
+            cand = _to_device(torch.load(f, weights_only=True, mmap=True), device)
+            _sync(device)
+    except Exception as e:  # noqa: BLE001 - whatever the candidate wrote
+        return {"passed": False, "message": f"unreadable output: {type(e).__name__}: {e}"[:500]}
+    with _phase(report, "compare"):
+        v = compare(expected, cand, tol)
+        _sync(device)
+    return {
+        "passed": v.passed,
+        "message": v.message,
+        "max_abs_err": v.max_abs_err,
+        "max_rel_err": v.max_rel_err,
+        "rel_norm_err": v.rel_norm_err,
+        "sketch": True,
+        "cand_sketch": _sketch(cand),
+    }
 
 
 def op_compile(spec: dict[str, Any], report: dict[str, Any]) -> None:
@@ -327,6 +494,8 @@ def op_candidate(spec: dict[str, Any], report: dict[str, Any]) -> None:
             with _phase(report, "guard_checks"):
                 guard.after_call(inputs, out)
         with _phase(report, "save"):
+            if i > 0:
+                _wait_consumed(out_dir / f"out_{i - 1}.pt", spec)
             _save_output(out, out_dir / f"out_{i}.pt")
         report["trials_done"] = i + 1
         last = (inputs, out)
@@ -388,7 +557,13 @@ def op_time(spec: dict[str, Any], report: dict[str, Any]) -> None:
     report["stage"] = "done"
 
 
-OPS = {"reference": op_reference, "compile": op_compile, "candidate": op_candidate, "time": op_time}
+OPS = {
+    "reference": op_reference,
+    "compile": op_compile,
+    "candidate": op_candidate,
+    "time": op_time,
+    "judge": op_judge,
+}
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,171 @@
+"""Admission control: a device phase starts only when the memory and disk it needs are there.
+
+An evaluation's verification needs, at once, GPU memory for two processes (the candidate's and
+the judge's: inputs, the candidate's output, the reference output the judge recomputes), host
+memory for one output on its way to the judge, and disk for that output's file. Several device
+workers share a GPU and a host, so each phase *reserves* what it needs in a ledger of this
+process and waits (bounded) until the reservations of the others and what the machine has free
+leave room for it. What never fits, or does not fit within the wait, is the sandbox's failure:
+:class:`NoRoom` names the resource, and the evaluation reports ``infra_error`` (a candidate is
+never blamed for what the sandbox ran out of).
+
+Free amounts: GPU memory from NVML (``pynvml``; unknown without it: not checked), host memory
+from ``MemAvailable`` in ``/proc/meminfo``, disk from ``shutil.disk_usage`` of the directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+GIB = 1 << 30
+
+
+class NoRoom(RuntimeError):
+    """What a phase needs is not there (``resource``, bytes ``need`` and ``free``)."""
+
+    def __init__(self, resource: str, need: int, free: int, waited_s: float):
+        self.resource, self.need, self.free, self.waited_s = resource, need, free, waited_s
+        super().__init__(
+            f"not enough {resource}: the phase needs {need / GIB:.2f} GiB, "
+            f"{free / GIB:.2f} GiB free after waiting {waited_s:.0f}s"
+        )
+
+
+@dataclass(frozen=True)
+class Need:
+    """Bytes one phase needs of each resource (0: not needed)."""
+
+    gpu: int = 0
+    host: int = 0
+    disk: int = 0
+
+
+def host_available() -> int | None:
+    """``MemAvailable`` in bytes, or None where ``/proc/meminfo`` does not say."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def gpu_free(gpu: str | None) -> int | None:
+    """Free memory of the GPU with this index (NVML), or None when unknown."""
+    if gpu is None or not gpu.strip().isdigit():
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            h = pynvml.nvmlDeviceGetHandleByIndex(int(gpu))
+            return int(pynvml.nvmlDeviceGetMemoryInfo(h).free)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no NVML: the GPU's memory is not checked
+        return None
+
+
+def disk_free(path: Path) -> int | None:
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return None
+
+
+class Ledger:
+    """Reservations of this process's phases per resource key (``gpu:0``, ``host``,
+    ``disk:/dev/vda``). A reservation fits when its bytes plus those the others reserved fit in
+    what is free now (conservative: the others may not have allocated theirs yet). A phase that
+    does not fit waits while others hold reservations (they end and free theirs); alone, it
+    waits ``alone_wait_s`` for memory other programs may free, then fails."""
+
+    def __init__(self, alone_wait_s: float = 5.0) -> None:
+        self._cond = threading.Condition()
+        self._held: dict[str, int] = {}
+        self.alone_wait_s = alone_wait_s
+
+    @contextlib.contextmanager
+    def reserve(
+        self,
+        wants: dict[str, tuple[int, Callable[[], int | None]]],
+        *,
+        timeout_s: float,
+        poll_s: float = 0.5,
+    ) -> Iterator[float]:
+        """Hold ``wants`` (key -> (bytes, free-bytes probe; None = unknown, not checked)) for
+        the block; yields the seconds waited. Raises :class:`NoRoom` naming the first resource
+        that did not fit."""
+        t0 = time.monotonic()
+        with self._cond:
+            while True:
+                short = None
+                for k, (n, probe) in wants.items():
+                    free = probe() if n > 0 else None
+                    if free is not None and n + self._held.get(k, 0) > free:
+                        short = (k, n, free)
+                        break
+                if short is None:
+                    for k, (n, _) in wants.items():
+                        self._held[k] = self._held.get(k, 0) + n
+                    break
+                key, need, free = short
+                waited = time.monotonic() - t0
+                limit = timeout_s if self._held.get(key) else min(timeout_s, self.alone_wait_s)
+                if waited >= limit:
+                    raise NoRoom(_resource_name(key), need, free, waited)
+                self._cond.wait(timeout=poll_s)
+        try:
+            yield time.monotonic() - t0
+        finally:
+            with self._cond:
+                for k, (n, _) in wants.items():
+                    self._held[k] = self._held.get(k, 0) - n
+                self._cond.notify_all()
+
+
+def _resource_name(key: str) -> str:
+    kind, _, where = key.partition(":")
+    return {
+        "gpu": f"GPU memory on GPU {where}",
+        "host": "host memory",
+        "disk": f"disk space at {where}",
+    }.get(kind, key)
+
+
+LEDGER = Ledger()
+
+
+def reserve(need: Need, *, gpu: str | None, disk_at: Path, timeout_s: float):
+    """Reserve ``need`` in this process's ledger (see :class:`Ledger`); a context manager
+    yielding the seconds waited, raising :class:`NoRoom`."""
+    wants: dict[str, tuple[int, Callable[[], int | None]]] = {}
+    if need.gpu and gpu is not None:
+        wants[f"gpu:{gpu}"] = (need.gpu, lambda: gpu_free(gpu))
+    if need.host:
+        wants["host"] = (need.host, host_available)
+    if need.disk:
+        wants[f"disk:{disk_at}"] = (need.disk, lambda: disk_free(disk_at))
+    return LEDGER.reserve(wants, timeout_s=timeout_s)
+
+
+def verification_need(input_bytes: int, output_bytes: int, param_bytes: int, backend: str) -> Need:
+    """What a verification phase (candidate + judge at once) needs, from the reference's
+    trusted report: on the GPU the candidate's inputs, weights and output (twice: its working
+    copy and the one being saved) and the judge's weights, recomputed reference output, the
+    candidate's output it loaded and the comparison's temporaries (about two outputs); on the
+    host one output (the candidate's CPU copy; the judge reads the file through the page
+    cache); on disk one output file."""
+    dev = 2 * (input_bytes + param_bytes) + 6 * output_bytes
+    host = 2 * output_bytes
+    if backend != "cuda":  # the cpu backend's "device" is host memory
+        return Need(host=host + dev, disk=output_bytes + (64 << 20))
+    return Need(gpu=dev, host=host, disk=output_bytes + (64 << 20))
