@@ -149,3 +149,77 @@ def test_a_call_times_the_same_whatever_its_place_in_the_round():
     o = old.stats["host_then_kernel"]
     assert "refresh_unsynced" in old.flags
     assert o.iqr_ms > 0.2 and o.min_ms < 0.1, o
+
+
+_STREAM_KERNELS = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+__global__ void softsign_kernel(const float* x, float* y, long n) {
+    long i = blockIdx.x * (long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] / (1.0f + fabsf(x[i]));
+}
+
+// as most model-written kernels launch: legacy default stream, no error check
+torch::Tensor softsign_default_stream(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    long n = x.numel();
+    softsign_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+
+torch::Tensor softsign_current_stream(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    long n = x.numel();
+    auto s = at::cuda::getCurrentCUDAStream();
+    softsign_kernel<<<(n + 255) / 256, 256, 0, s>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def softsign_ext():
+    from torch.utils.cpp_extension import load_inline
+
+    return load_inline(
+        name="profiler_test_softsign_streams",
+        cpp_sources="torch::Tensor softsign_default_stream(torch::Tensor x);\n"
+        "torch::Tensor softsign_current_stream(torch::Tensor x);",
+        cuda_sources=_STREAM_KERNELS,
+        functions=["softsign_default_stream", "softsign_current_stream"],
+    )
+
+
+def test_a_default_stream_kernel_is_not_graph_timed_and_reads_its_true_time(softsign_ext):
+    import torch
+
+    sets = [[torch.randn(4096, device="cuda")] for _ in range(2)]
+    cfg = CFG.with_(cuda_graph="on")
+    dflt = measure(softsign_ext.softsign_default_stream, sets, device="cuda", config=cfg)
+    # its launches run outside a capture: the replay would do nothing (and read ~1 us, with
+    # an output that never changes: the cache hack's signature)
+    assert "cuda_graph_inert" in dflt.flags and "cuda_graph" not in dflt.flags
+    assert "stale_output" not in dflt.flags
+    eager = measure(
+        softsign_ext.softsign_default_stream,
+        sets,
+        device="cuda",
+        config=CFG.with_(cuda_graph="off"),
+    )
+    assert 0.5 < dflt.median_ms / eager.median_ms < 2.0
+    cur = measure(softsign_ext.softsign_current_stream, sets, device="cuda", config=cfg)
+    assert "cuda_graph" in cur.flags and "cuda_graph_inert" not in cur.flags
+
+
+def test_paired_falls_back_to_eager_for_every_side_when_one_graph_is_inert(softsign_ext):
+    import torch
+
+    sets = [[torch.randn(4096, device="cuda")] for _ in range(2)]
+    res = paired(
+        {"ref": torch.nn.functional.softsign, "cand": softsign_ext.softsign_default_stream},
+        sets,
+        device="cuda",
+        config=CFG.with_(cuda_graph="on"),
+    )
+    assert not res.cuda_graph and "cuda_graph_inert" in res.flags
