@@ -1,0 +1,812 @@
+"""The evaluator throughput benchmark (issue 28): our evaluator on the fixed batch of
+``throughput_batch.py``, and KernelBench's own harness on a subset of it, side by side.
+
+Subcommands (run on the GPU machine from the repo root; ``bin/gpu-check.sh`` sections
+``kb-throughput`` and ``kb-throughput-serial`` call them):
+  ours     the batch through ``kernelbench-eval run --backend cuda`` as a user runs it
+           (concurrent: ``--gpus all``; ``--serial``: one candidate at a time, one device worker),
+           fresh caches of its own, wall clock timed; writes results.jsonl and run.json
+  kb       KernelBench's ``eval_kernel_against_ref`` on the subset, as its eval_from_generations
+           script runs it: optionally its CPU pre-compile (build_compile_cache, parallel), then one
+           candidate after another, each in a fresh interpreter with a timeout; kb.jsonl, run.json
+  kb-one   (internal) one candidate in KernelBench's harness: the child process of ``kb``
+  summary  candidates per GPU-hour, the time split by stage (sum and median of each result's
+           ``meta.stages_s``), verdict counts, verdicts against the expected ones
+  compare  two result files of the same batch (concurrent vs serial): verdicts identical?
+           honest candidates' speed-ups within 3%?  exit 1 when not
+  ratio    ours vs KernelBench's harness on the subset: both rates, the ratio, and each
+           candidate whose verdicts differ with both sides' reasons
+
+Every command prints JSON on stdout (``--md`` on summary/compare/ratio: Markdown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+SPEEDUP_TOL = 0.03
+# KernelBench's eval_from_generations defaults (EvalConfig)
+KB_CORRECT_TRIALS = 5
+KB_PERF_TRIALS = 100
+KB_TIMEOUT_S = 180.0
+
+
+# ----------------------------------------------------------------------------- small helpers
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut by a kill
+    return out
+
+
+def bench_id(r: dict[str, Any]) -> str:
+    return str(((r.get("meta") or {}).get("bench") or {}).get("id") or r.get("bench_id") or "?")
+
+
+def count_gpus(spec: str) -> int:
+    """GPUs that ``--gpus spec`` names on this machine."""
+    if spec != "all":
+        return len([g for g in spec.split(",") if g.strip()])
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return len([g for g in env.split(",") if g.strip()])
+    try:
+        p = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+        n = sum(1 for x in p.stdout.splitlines() if x.startswith("GPU "))
+        return max(n, 1)
+    except (OSError, subprocess.TimeoutExpired):
+        return 1
+
+
+def per_gpu_hour(n: int, wall_s: float, gpus: int) -> float | None:
+    return None if wall_s <= 0 else round(n * 3600.0 / (wall_s * max(gpus, 1)), 1)
+
+
+def _median(xs: list[float]) -> float | None:
+    return round(statistics.median(xs), 3) if xs else None
+
+
+def _write_json(path: Path, doc: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+# ----------------------------------------------------------------------------- ours
+
+
+def _run_fed(
+    cmd: list[str],
+    env: dict[str, str],
+    lines: list[bytes],
+    log: Any,
+    t0: float,
+    feed_s: float | None,
+    timeout_s: float | None,
+) -> tuple[int, int | None, bool]:
+    """Run ``cmd`` with ``lines`` fed on its stdin until ``feed_s`` after ``t0`` (it reads them
+    as its window frees up), killed (its whole process group) at ``timeout_s``. Returns lines
+    fed, exit status and whether it was killed."""
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=log, env=env, start_new_session=True)
+    fed = 0
+
+    def feed() -> None:
+        nonlocal fed
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError):
+            for ln in lines:
+                if feed_s is not None and time.time() - t0 > feed_s:
+                    break
+                proc.stdin.write(ln)
+                proc.stdin.flush()
+                fed += 1
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
+
+    th = threading.Thread(target=feed, daemon=True)
+    th.start()
+    killed = False
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        killed = True
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    th.join(timeout=5)
+    return fed, proc.returncode, killed
+
+
+def run_ours(
+    batch: Path,
+    out_dir: Path,
+    *,
+    serial: bool,
+    gpus: str,
+    feed_s: float | None,
+    timeout_s: float | None,
+    extra: list[str],
+    fresh_cache: bool = True,
+    backend: str = "cuda",
+) -> dict[str, Any]:
+    """The batch through ``kernelbench-eval run`` (a child process, as a user runs it): candidates
+    are fed on its stdin until ``feed_s`` has passed (then stdin closes and what is in flight
+    finishes), ``timeout_s`` kills it. Caches are fresh ones under ``out_dir`` unless
+    ``fresh_cache`` is off. Returns (and writes to run.json) the wall clock and counts."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = out_dir / "results.jsonl"
+    before = len(read_jsonl(results))
+    cmd = [sys.executable, "-m", "cuda_agent.kernelbench_eval.cli", "run", "--backend", backend]
+    if serial:
+        cmd += ["--gpus", "0" if gpus == "all" else gpus.split(",")[0], "--workers-per-gpu", "1"]
+        cmd += ["--compile-jobs", "1", "--window", "1"]
+    else:
+        cmd += ["--gpus", gpus]
+    cmd += ["-o", str(results), "--resume", *extra]
+    env = dict(os.environ)
+    if fresh_cache:
+        env["CUDA_AGENT_SANDBOX_CACHE"] = str(out_dir / "cache-sandbox")
+        env["CUDA_AGENT_CACHE"] = str(out_dir / "cache-profiler")
+    lines = [x for x in batch.read_bytes().splitlines(keepends=True) if x.strip()]
+    t0 = time.time()
+    with open(out_dir / "run.stderr.txt", "ab") as log:
+        fed, rc, killed = _run_fed(cmd, env, lines, log, t0, feed_s, timeout_s)
+    wall = time.time() - t0
+    n_gpus = 1 if serial else count_gpus(gpus)
+    done = len(read_jsonl(results)) - before
+    info = {
+        "label": "serial" if serial else "concurrent",
+        "command": " ".join(cmd),
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
+        "wall_s": round(wall, 1),
+        "gpus": n_gpus,
+        "batch": len(lines),
+        "fed": fed,
+        "done_before": before,
+        "done": done,
+        "rc": rc,
+        "killed": killed,
+        "fresh_cache": fresh_cache,
+        "per_gpu_hour": per_gpu_hour(done, wall, n_gpus),
+    }
+    if fresh_cache and os.environ.get("KBT_KEEP_CACHE") != "1":
+        for d in ("cache-sandbox", "cache-profiler"):  # GBs: never returned with the results
+            shutil.rmtree(out_dir / d, ignore_errors=True)
+    _write_json(out_dir / "run.json", info)
+    return info
+
+
+# ----------------------------------------------------------------------------- summary
+
+
+def _matches(expected: str | None, r: dict[str, Any]) -> bool | None:
+    """Whether a result meets ``bench.expected`` ("ok", "guard_violation", or
+    "guard_violation:G-CODE"); None when nothing is expected."""
+    if not expected:
+        return None
+    status, _, code = expected.partition(":")
+    if r.get("status") != status:
+        return False
+    return not code or code in {g.get("code") for g in r.get("guards") or []}
+
+
+def summarize(results: list[dict[str, Any]], run: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Rate, verdict counts (overall and per source), stage times (sum, median) and the results
+    that missed their expected verdict."""
+    run = run or {}
+    statuses: dict[str, int] = {}
+    by_source: dict[str, dict[str, int]] = {}
+    stages: dict[str, list[float]] = {}
+    misses = []
+    for r in results:
+        st = str(r.get("status"))
+        statuses[st] = statuses.get(st, 0) + 1
+        b = (r.get("meta") or {}).get("bench") or {}
+        src = by_source.setdefault(str(b.get("source", "?")), {})
+        src[st] = src.get(st, 0) + 1
+        for k, v in ((r.get("meta") or {}).get("stages_s") or {}).items():
+            if isinstance(v, int | float):
+                stages.setdefault(k, []).append(float(v))
+        if _matches(b.get("expected"), r) is False:
+            misses.append(
+                {
+                    "id": bench_id(r),
+                    "expected": b.get("expected"),
+                    "status": st,
+                    "guards": [g.get("code") for g in r.get("guards") or []],
+                    "message": str(r.get("message", ""))[:300],
+                }
+            )
+    seconds = [float(r.get("seconds") or 0.0) for r in results]
+    n = len(results)
+    wall = float(run.get("wall_s") or 0.0)
+    gpus = int(run.get("gpus") or 1)
+    return {
+        "label": run.get("label"),
+        "candidates": n,
+        "wall_s": wall or None,
+        "gpus": gpus,
+        "per_gpu_hour": per_gpu_hour(run.get("done", n), wall, gpus) if wall else None,
+        "statuses": dict(sorted(statuses.items())),
+        "by_source": {k: dict(sorted(v.items())) for k, v in sorted(by_source.items())},
+        "stages_s": {
+            k: {"sum": round(sum(v), 1), "median": _median(v), "n": len(v)}
+            for k, v in sorted(stages.items(), key=lambda kv: -sum(kv[1]))
+        },
+        "eval_seconds": {"sum": round(sum(seconds), 1), "median": _median(seconds)},
+        "expected_missed": misses,
+        "run": run,
+    }
+
+
+def summary_md(s: dict[str, Any]) -> str:
+    lines = [
+        f"**{s['label'] or 'run'}**: {s['candidates']} candidates in {s['wall_s']} s on "
+        f"{s['gpus']} GPU(s): **{s['per_gpu_hour']} candidates per GPU-hour**",
+        "",
+        "| verdict | count |",
+        "| --- | --- |",
+        *[f"| {k} | {v} |" for k, v in s["statuses"].items()],
+        "",
+        "| stage | sum s | median s | results |",
+        "| --- | --- | --- | --- |",
+        *[f"| {k} | {v['sum']} | {v['median']} | {v['n']} |" for k, v in s["stages_s"].items()],
+    ]
+    if s["expected_missed"]:
+        lines += ["", "Missed their expected verdict:", ""]
+        lines += [
+            f"- {m['id']}: expected {m['expected']}, got {m['status']} {m['guards']}: {m['message'][:160]}"
+            for m in s["expected_missed"]
+        ]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- compare
+
+
+def _speedup(r: dict[str, Any]) -> float | None:
+    v = r.get("speedup_vs_eager")
+    return float(v) if isinstance(v, int | float) and v > 0 else None
+
+
+def compare(
+    a: list[dict[str, Any]], b: list[dict[str, Any]], tol: float = SPEEDUP_TOL
+) -> dict[str, Any]:
+    """Verdicts of two runs of the same batch, candidate by candidate (matched by bench id), and
+    honest candidates' speed-ups vs eager (``|a/b - 1| <= tol`` where both are ok)."""
+    ia = {bench_id(r): r for r in a}
+    ib = {bench_id(r): r for r in b}
+    both = sorted(set(ia) & set(ib))
+    differ, speed = [], []
+    for i in both:
+        ra, rb = ia[i], ib[i]
+        if ra.get("status") != rb.get("status"):
+            differ.append(
+                {
+                    "id": i,
+                    "a": ra.get("status"),
+                    "b": rb.get("status"),
+                    "a_message": str(ra.get("message", ""))[:200],
+                    "b_message": str(rb.get("message", ""))[:200],
+                }
+            )
+        honest = ((ra.get("meta") or {}).get("bench") or {}).get("honest") is True
+        sa, sb = _speedup(ra), _speedup(rb)
+        if honest and ra.get("status") == "ok" and rb.get("status") == "ok" and sa and sb:
+            dev = sa / sb - 1.0
+            speed.append(
+                {
+                    "id": i,
+                    "a": round(sa, 4),
+                    "b": round(sb, 4),
+                    "dev": round(dev, 4),
+                    "within": abs(dev) <= tol,
+                }
+            )
+    outside = [s for s in speed if not s["within"]]
+    return {
+        "compared": len(both),
+        "only_a": sorted(set(ia) - set(ib)),
+        "only_b": sorted(set(ib) - set(ia)),
+        "verdicts_identical": not differ,
+        "verdicts_differ": differ,
+        "honest_speedups": len(speed),
+        "speedups_within_tol": not outside,
+        "tol": tol,
+        "speedups_outside": outside,
+        "max_abs_dev": max((abs(s["dev"]) for s in speed), default=None),
+        "speedups": speed,
+    }
+
+
+def compare_md(c: dict[str, Any]) -> str:
+    lines = [
+        f"{c['compared']} candidates in both runs ({len(c['only_a'])} only in the first, "
+        f"{len(c['only_b'])} only in the second): verdicts "
+        f"**{'identical' if c['verdicts_identical'] else 'differ: ' + str(len(c['verdicts_differ']))}**; "
+        f"{c['honest_speedups']} honest candidates ok in both, speed-ups "
+        f"**{'all within' if c['speedups_within_tol'] else str(len(c['speedups_outside'])) + ' outside'} "
+        f"{c['tol']:.0%}** (largest deviation {c['max_abs_dev']})",
+    ]
+    for d in c["verdicts_differ"]:
+        lines.append(
+            f"- {d['id']}: {d['a']} vs {d['b']} ({d['a_message'][:100]} | {d['b_message'][:100]})"
+        )
+    for s in c["speedups_outside"]:
+        lines.append(f"- {s['id']}: {s['a']}x vs {s['b']}x ({s['dev']:+.1%})")
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- KernelBench's harness
+
+_ABSENT_STUBS = ("dotenv", "openai", "litellm")
+
+
+class _StandInBaseModel:
+    """pydantic.BaseModel as far as KernelBench's result record uses it: annotated class
+    attributes as per-instance defaults (copied), keyword construction, ``model_dump``. Used only
+    where pydantic is not installed (the GPU image lacks it); it validates nothing."""
+
+    def __init__(self, **kw: Any) -> None:
+        import copy
+
+        for cls in reversed(type(self).__mro__):
+            for k in getattr(cls, "__annotations__", {}):
+                if k in cls.__dict__:
+                    setattr(self, k, copy.deepcopy(cls.__dict__[k]))
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+    def _fields(self) -> list[str]:
+        out: list[str] = []
+        for cls in reversed(type(self).__mro__):
+            out += [k for k in getattr(cls, "__annotations__", {}) if k not in out]
+        return out
+
+    def model_dump(self) -> dict[str, Any]:
+        return {k: getattr(self, k, None) for k in self._fields()}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={getattr(self, k, None)!r}' for k in self._fields())})"
+
+
+def install_stubs(force: tuple[str, ...] = ()) -> list[str]:
+    """Stand-ins for the modules KernelBench imports at package import but its evaluation never
+    calls (the LLM clients: dotenv, openai, litellm) and for pydantic's BaseModel, each only where
+    the real one is missing (or named in ``force``). Returns the names stubbed."""
+    import importlib.util
+    import types
+
+    done = []
+    for name in (*_ABSENT_STUBS, "pydantic"):
+        if name not in force and importlib.util.find_spec(name) is not None:
+            continue
+        m = types.ModuleType(name)
+        if name == "dotenv":
+            m.load_dotenv = lambda *a, **k: False  # type: ignore[attr-defined]
+        elif name == "openai":
+            m.OpenAI = type("OpenAI", (), {})  # type: ignore[attr-defined]
+        elif name == "litellm":
+
+            def completion(*a: Any, **k: Any) -> Any:
+                raise RuntimeError("litellm stand-in: no LLM calls in the throughput benchmark")
+
+            m.completion = completion  # type: ignore[attr-defined]
+        else:
+            m.BaseModel = _StandInBaseModel  # type: ignore[attr-defined]
+        sys.modules[name] = m
+        done.append(name)
+    return done
+
+
+def import_kernelbench(src: Path, force_stubs: tuple[str, ...] = ()) -> tuple[Any, list[str]]:
+    """``kernelbench.eval`` imported from ``src`` (KernelBench's ``src/`` folder) with the
+    stand-ins it needs here; returns the module and the names stubbed."""
+    stubs = install_stubs(force_stubs)
+    sys.path.insert(0, str(src))
+    import importlib
+
+    mod = importlib.import_module("kernelbench.eval")
+    if not str(Path(mod.__file__).resolve()).startswith(str(Path(src).resolve())):
+        raise ImportError(f"kernelbench.eval came from {mod.__file__}, not {src}")
+    return mod, stubs
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, str | int | float | bool) or x is None:
+        return x
+    return str(x)[:2000]
+
+
+def kb_one(src: Path, inp: Path, outp: Path) -> int:
+    """Child process: one candidate through ``eval_kernel_against_ref`` (or, with
+    ``compile_only`` in the input, KernelBench's ``build_compile_cache``)."""
+    t0 = time.time()
+    job = json.loads(inp.read_text())
+    kb, stubs = import_kernelbench(src)
+    from kernelbench.utils import set_gpu_arch
+
+    set_gpu_arch(job.get("gpu_arch", ["Hopper"]))
+    t_import = time.time() - t0
+    doc: dict[str, Any] = {"stubs": stubs, "import_s": round(t_import, 2)}
+    if job.get("compile_only"):
+        ok, _out, err = kb.build_compile_cache(
+            job["code"], verbose=False, build_dir=job["build_dir"]
+        )
+        doc.update({"compile_only": True, "compiled": bool(ok), "error": err})
+    else:
+        import torch
+
+        res = kb.eval_kernel_against_ref(
+            original_model_src=job["ref"],
+            custom_model_src=job["code"],
+            measure_performance=True,
+            num_correct_trials=job.get("num_correct_trials", KB_CORRECT_TRIALS),
+            num_perf_trials=job.get("num_perf_trials", KB_PERF_TRIALS),
+            build_dir=job["build_dir"],
+            device=torch.device("cuda:0"),
+            backend="cuda",
+            precision=kb.get_torch_dtype_from_string("fp32"),
+        )
+        if res is None:  # KernelBench's answer to a lock-file error: "please retry"
+            doc.update({"result": None})
+        else:
+            d = res.model_dump() if hasattr(res, "model_dump") else dict(res.__dict__)
+            doc.update({"result": _jsonable(d)})
+    doc["eval_s"] = round(time.time() - t0 - t_import, 2)
+    outp.write_text(json.dumps(doc))
+    return 0
+
+
+def kb_verdict(doc: dict[str, Any] | None, rc: int | None, timed_out: bool) -> tuple[str, str]:
+    """KernelBench's outcome as one of our statuses, and the reason from its metadata."""
+    if timed_out:
+        return "timeout", "no result within the timeout"
+    if doc is None:
+        return "crash", f"the process ended (rc={rc}) without a result"
+    res = doc.get("result")
+    if res is None:
+        return "infra_error", "eval_kernel_against_ref returned None (lock file error: retry)"
+    md = res.get("metadata") or {}
+    if not res.get("compiled"):
+        return "compile_error", str(md.get("compilation_error_name", "")) + ": " + str(
+            md.get("compilation_error", "")
+        )[:300]
+    if res.get("correctness"):
+        extra = " (excessive_speedup flagged)" if md.get("excessive_speedup") else ""
+        return "ok", f"correct {md.get('correctness_trials', '')}{extra}"
+    if "runtime_error" in md or "runtime_error_name" in md:
+        return (
+            "runtime_error",
+            f"{md.get('runtime_error_name', '')}: {str(md.get('runtime_error', ''))[:300]}",
+        )
+    if md.get("correctness_issue"):
+        return (
+            "incorrect",
+            f"{md.get('correctness_issue')} max_difference={md.get('max_difference')} trials {md.get('correctness_trials', '')}",
+        )
+    return "incorrect", json.dumps(md)[:300]
+
+
+def run_kb(
+    subset: Path,
+    out_dir: Path,
+    *,
+    src: Path,
+    budget_s: float | None,
+    timeout_s: float = KB_TIMEOUT_S,
+    precompile_workers: int = 0,
+    num_correct_trials: int = KB_CORRECT_TRIALS,
+    num_perf_trials: int = KB_PERF_TRIALS,
+) -> dict[str, Any]:
+    """KernelBench's harness on the subset as its eval_from_generations runs it (one GPU):
+    ``precompile_workers`` > 0 first builds every candidate's extensions on the CPU in parallel
+    (its ``build_cache`` option), then candidates are evaluated one after another, each in a
+    fresh interpreter (its spawn-started pool), killed after ``timeout_s``; no candidate starts
+    once ``budget_s`` has passed. Writes kb.jsonl and run.json."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cands = [json.loads(x) for x in subset.read_text().splitlines() if x.strip()]
+    me = Path(__file__).resolve()
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    jobs = []
+    for n, c in enumerate(cands):
+        d = out_dir / "jobs" / f"{n:03d}"
+        d.mkdir(parents=True, exist_ok=True)
+        job = {
+            "ref": c["task"]["ref_code"],
+            "code": c["solution"]["files"]["model_new.py"],
+            "build_dir": str(out_dir / "build" / f"{n:03d}"),
+            "num_correct_trials": num_correct_trials,
+            "num_perf_trials": num_perf_trials,
+        }
+        jobs.append((c, d, job))
+
+    def child(
+        d: Path, name: str, limit: float
+    ) -> tuple[dict[str, Any] | None, int | None, bool, float]:
+        t = time.time()
+        with open(d / f"{name}.log", "wb") as log:
+            p = subprocess.Popen(
+                [
+                    sys.executable,
+                    str(me),
+                    "kb-one",
+                    "--src",
+                    str(src),
+                    str(d / f"{name}.in.json"),
+                    str(d / f"{name}.json"),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=d,
+                start_new_session=True,
+            )
+            timed_out = False
+            try:
+                p.wait(timeout=limit)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        f = d / f"{name}.json"
+        doc = json.loads(f.read_text()) if f.exists() else None
+        return doc, p.returncode, timed_out, time.time() - t
+
+    t0 = time.time()
+    pre = {"workers": precompile_workers, "wall_s": 0.0}
+    if precompile_workers > 0:
+        from concurrent.futures import ThreadPoolExecutor
+
+        for _c, d, job in jobs:
+            (d / "compile.in.json").write_text(json.dumps({**job, "compile_only": True}))
+        with ThreadPoolExecutor(precompile_workers) as ex:
+            list(ex.map(lambda j: child(j[1], "compile", timeout_s), jobs))
+        pre["wall_s"] = round(time.time() - t0, 1)
+    rows = []
+    with open(out_dir / "kb.jsonl", "w") as fh:
+        for c, d, job in jobs:
+            # no start that the budget would not see finish (at the median candidate's pace)
+            pace = statistics.median([r["wall_s"] for r in rows]) if rows else 0.0
+            if budget_s is not None and time.time() - t0 + pace > budget_s:
+                break
+            (d / "eval.in.json").write_text(json.dumps(job))
+            doc, rc, timed_out, wall = child(d, "eval", timeout_s)
+            verdict, reason = kb_verdict(doc, rc, timed_out)
+            res = (doc or {}).get("result") or {}
+            rt, ref = res.get("runtime", -1.0), res.get("ref_runtime", -1.0)
+            row = {
+                "bench_id": c["meta"]["bench"]["id"],
+                "source": c["meta"]["bench"]["source"],
+                "wall_s": round(wall, 2),
+                "verdict": verdict,
+                "reason": reason,
+                "runtime_us": rt,
+                "ref_runtime_us": ref,
+                "speedup_vs_eager": round(ref / rt, 4)
+                if rt and rt > 0 and ref and ref > 0
+                else None,
+                "excessive_speedup": bool((res.get("metadata") or {}).get("excessive_speedup")),
+                "stubs": (doc or {}).get("stubs"),
+                "import_s": (doc or {}).get("import_s"),
+                "eval_s": (doc or {}).get("eval_s"),
+            }
+            rows.append(row)
+            fh.write(json.dumps(row) + "\n")
+            fh.flush()
+    wall = time.time() - t0
+    info = {
+        "label": "kernelbench-harness",
+        "wall_s": round(wall, 1),
+        "gpus": 1,
+        "subset": len(cands),
+        "done": len(rows),
+        "precompile": pre,
+        "timeout_s": timeout_s,
+        "num_correct_trials": num_correct_trials,
+        "num_perf_trials": num_perf_trials,
+        "per_gpu_hour": per_gpu_hour(len(rows), wall, 1),
+    }
+    shutil.rmtree(out_dir / "build", ignore_errors=True)
+    _write_json(out_dir / "run.json", info)
+    return info
+
+
+# ----------------------------------------------------------------------------- ratio
+
+
+def ratio(
+    ours: list[dict[str, Any]],
+    ours_run: dict[str, Any],
+    kb: list[dict[str, Any]],
+    kb_run: dict[str, Any],
+) -> dict[str, Any]:
+    """Both harnesses' rates on the subset, their ratio, and the candidates whose verdicts differ
+    (KernelBench's reason vs our status, guard codes and message)."""
+    ro = ours_run.get("per_gpu_hour") or per_gpu_hour(
+        len(ours), float(ours_run.get("wall_s") or 0), int(ours_run.get("gpus") or 1)
+    )
+    rk = kb_run.get("per_gpu_hour")
+    io = {bench_id(r): r for r in ours}
+    rows = []
+    for k in kb:
+        o = io.get(k["bench_id"])
+        if o is None:
+            continue
+        if o.get("status") != k["verdict"]:
+            rows.append(
+                {
+                    "id": k["bench_id"],
+                    "ours": o.get("status"),
+                    "ours_guards": [g.get("code") for g in o.get("guards") or []],
+                    "ours_message": str(o.get("message", ""))[:300],
+                    "kernelbench": k["verdict"],
+                    "kernelbench_reason": k["reason"][:300],
+                    "kernelbench_speedup": k.get("speedup_vs_eager"),
+                }
+            )
+    same = sum(1 for k in kb if k["bench_id"] in io) - len(rows)
+    return {
+        "ours_per_gpu_hour": ro,
+        "kernelbench_per_gpu_hour": rk,
+        "ratio": round(ro / rk, 2) if ro and rk else None,
+        "ours_done": len(ours),
+        "kernelbench_done": len(kb),
+        "ours_wall_s": ours_run.get("wall_s"),
+        "kernelbench_wall_s": kb_run.get("wall_s"),
+        "kernelbench_precompile_s": (kb_run.get("precompile") or {}).get("wall_s"),
+        "verdicts_same": same,
+        "verdicts_differ": rows,
+        "kernelbench_stubs": sorted({s for k in kb for s in (k.get("stubs") or [])}),
+    }
+
+
+def ratio_md(r: dict[str, Any]) -> str:
+    lines = [
+        f"Subset: ours {r['ours_done']} candidates in {r['ours_wall_s']} s "
+        f"(**{r['ours_per_gpu_hour']}** per GPU-hour), KernelBench's harness {r['kernelbench_done']} in "
+        f"{r['kernelbench_wall_s']} s, pre-compile {r['kernelbench_precompile_s']} s of it "
+        f"(**{r['kernelbench_per_gpu_hour']}** per GPU-hour): **{r['ratio']}x**. "
+        f"Verdicts: {r['verdicts_same']} the same, {len(r['verdicts_differ'])} differ.",
+    ]
+    if r["kernelbench_stubs"]:
+        lines.append(
+            f"(KernelBench imported with stand-ins for {', '.join(r['kernelbench_stubs'])}: not installed there.)"
+        )
+    if r["verdicts_differ"]:
+        lines += ["", "| candidate | ours | KernelBench | why |", "| --- | --- | --- | --- |"]
+        for d in r["verdicts_differ"]:
+            g = f" {','.join(d['ours_guards'])}" if d["ours_guards"] else ""
+            why = f"ours: {d['ours_message'][:120]}; KernelBench: {d['kernelbench_reason'][:120]}"
+            lines.append(
+                f"| {d['id']} | {d['ours']}{g} | {d['kernelbench']} | {why.replace('|', '/')} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    o = sub.add_parser("ours", help="the batch through kernelbench-eval run")
+    o.add_argument("--batch", type=Path, required=True)
+    o.add_argument("--out", type=Path, required=True, help="folder: results.jsonl, run.json")
+    o.add_argument("--serial", action="store_true", help="one candidate at a time, one worker")
+    o.add_argument("--gpus", default="all")
+    o.add_argument("--backend", default="cuda")
+    o.add_argument("--feed-s", type=float, help="stop feeding new candidates after this")
+    o.add_argument("--timeout-s", type=float, help="kill the run after this")
+    o.add_argument("--warm-cache", action="store_true", help="use the usual caches, not fresh ones")
+    o.add_argument(
+        "--run-arg", action="append", default=[], help="extra kernelbench-eval run argument"
+    )
+    k = sub.add_parser("kb", help="KernelBench's harness on the subset")
+    k.add_argument("--subset", type=Path, required=True)
+    k.add_argument("--out", type=Path, required=True)
+    k.add_argument("--src", type=Path, required=True, help="KernelBench's src/ folder")
+    k.add_argument("--budget-s", type=float)
+    k.add_argument("--timeout-s", type=float, default=KB_TIMEOUT_S)
+    k.add_argument("--precompile-workers", type=int, default=0)
+    k.add_argument("--num-correct-trials", type=int, default=KB_CORRECT_TRIALS)
+    k.add_argument("--num-perf-trials", type=int, default=KB_PERF_TRIALS)
+    one = sub.add_parser("kb-one")
+    one.add_argument("--src", type=Path, required=True)
+    one.add_argument("inp", type=Path)
+    one.add_argument("outp", type=Path)
+    s = sub.add_parser("summary", help="rate, stage split and verdicts of a run folder")
+    s.add_argument("dir", type=Path)
+    s.add_argument("--md", action="store_true")
+    c = sub.add_parser("compare", help="two run folders (or results files) of the same batch")
+    c.add_argument("a", type=Path)
+    c.add_argument("b", type=Path)
+    c.add_argument("--tol", type=float, default=SPEEDUP_TOL)
+    c.add_argument("--md", action="store_true")
+    r = sub.add_parser("ratio", help="ours vs KernelBench's harness on the subset")
+    r.add_argument("ours", type=Path, help="run folder of `ours` on the subset")
+    r.add_argument("kb", type=Path, help="run folder of `kb`")
+    r.add_argument("--md", action="store_true")
+    a = ap.parse_args(argv)
+
+    def results_of(p: Path) -> list[dict[str, Any]]:
+        return read_jsonl(p / "results.jsonl" if p.is_dir() else p)
+
+    def run_of(p: Path) -> dict[str, Any]:
+        f = p / "run.json"
+        return json.loads(f.read_text()) if p.is_dir() and f.exists() else {}
+
+    if a.cmd == "ours":
+        info = run_ours(
+            a.batch,
+            a.out,
+            serial=a.serial,
+            gpus=a.gpus,
+            feed_s=a.feed_s,
+            timeout_s=a.timeout_s,
+            extra=a.run_arg,
+            fresh_cache=not a.warm_cache,
+            backend=a.backend,
+        )
+        print(json.dumps(info))
+        return 0 if info["rc"] == 0 or info["killed"] else 1
+    if a.cmd == "kb":
+        info = run_kb(
+            a.subset,
+            a.out,
+            src=a.src,
+            budget_s=a.budget_s,
+            timeout_s=a.timeout_s,
+            precompile_workers=a.precompile_workers,
+            num_correct_trials=a.num_correct_trials,
+            num_perf_trials=a.num_perf_trials,
+        )
+        print(json.dumps(info))
+        return 0
+    if a.cmd == "kb-one":
+        return kb_one(a.src, a.inp, a.outp)
+    if a.cmd == "summary":
+        doc = summarize(results_of(a.dir), run_of(a.dir))
+        print(summary_md(doc) if a.md else json.dumps(doc, indent=1))
+        return 0
+    if a.cmd == "compare":
+        doc = compare(results_of(a.a), results_of(a.b), a.tol)
+        print(compare_md(doc) if a.md else json.dumps(doc, indent=1))
+        return 0 if doc["verdicts_identical"] and doc["speedups_within_tol"] else 1
+    doc = ratio(results_of(a.ours), run_of(a.ours), read_jsonl(a.kb / "kb.jsonl"), run_of(a.kb))
+    print(ratio_md(doc) if a.md else json.dumps(doc, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
