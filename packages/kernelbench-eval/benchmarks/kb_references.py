@@ -1,0 +1,857 @@
+"""The references table of a KernelBench tree (issue 27): for every problem, its reference run
+once, and its eager and ``torch.compile`` baselines through the profiler's own machinery.
+
+    python kb_references.py run --root .gpu-data/kernelbench --levels 1,2,3 -o refs.jsonl --resume
+    python kb_references.py run --tasks tasks.jsonl -o refs.jsonl --resume     # any Task JSONL
+    python kb_references.py table refs.jsonl --env env.txt --command "..." > docs/kernelbench-references.md
+
+Per problem (one JSON line, :class:`Row`):
+
+1. the *reference step*, a fresh process of this script: model and inputs (seed 1000, the
+   input pool's first set) on the device, one forward, synchronised (``ref_s``, input, output and
+   peak bytes); then ``torch.compile`` and its first call (``compile_s``: cold caches; this also
+   fills inductor's on-disk caches, so the baseline's own compile is mostly cache hits).
+2. the *baseline*: :func:`cuda_agent.profiler.baseline.baseline_for_task` (the function behind
+   ``profiler baseline``: its worker process, its protocol, its cache in
+   ``$CUDA_AGENT_CACHE/baselines``, reused by the sandbox for the same task and device).
+
+Several problems run at once (``--jobs``): their start-up, model building and compiles overlap,
+but every *timed* section is exclusive. The profiler's worker is started through a launcher (this
+script, ``_locked-worker``) that holds one ``flock`` (``--lock``) around each call of
+``cuda_agent.profiler.timing.paired``, the entry of every timed section of the protocol
+(``measure`` goes through it); the reference step's forward takes the same lock. What may still
+overlap a timed section is other problems' set-up on the device: model and input creation and
+``torch.compile``'s first call (incl. Triton's config benchmarking), plus their CPU load. That is
+the compromise; ``--jobs 1`` is the strict protocol, one problem at a time. GPU memory is
+budgeted: a problem waits (first come, first served) until its estimate (from its inputs and
+parameters drawn on the ``meta`` device) fits beside the running ones.
+
+Errors are classified: ``error_class`` ``problem`` (the reference raises; ``torch.compile`` cannot
+compile it; the reference step or worker times out; out of memory with the device to itself)
+or ``infra`` (the harness's own failure: out of memory or a kill while sharing the device, no
+space left, the harness failing to start, the timing failing on a reference whose forward ran).
+Out-of-memory and killed problems are run again at the end, alone. ``--resume`` skips every
+problem with a row except infra errors (and the statuses given to ``--redo``).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import io
+import json
+import math
+import os
+import re
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+import typer
+
+from cuda_agent.records import Task
+from cuda_agent.records.jsonl import RecordWriter, iter_lines, read_records
+
+HERE = Path(__file__).resolve()
+LOCK_ENV = "KB_REFS_TIMING_LOCK"
+STATS_ENV = "KB_REFS_LOCK_STATS"
+GiB = 1 << 30
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False)
+
+
+class Row(msgspec.Struct, kw_only=True):
+    """One problem of the table."""
+
+    task_id: str
+    level: int | None
+    problem: int | None
+    name: str
+    status: str  # ok | compile_error | ref_error | timeout | out_of_memory | infra_error
+    error_class: str | None = None  # None | "problem" | "infra"
+    error: str | None = None
+    input_bytes: int | None = None
+    output_bytes: int | None = None
+    peak_bytes: int | None = None  # device memory peak of the reference step's forward
+    ref_s: float | None = None  # the reference's one forward, synchronised
+    compile_s: float | None = None  # torch.compile + first call in the reference step
+    eager_ms: float | None = None  # baseline medians (profiler protocol)
+    compile_ms: float | None = None
+    eager_flags: list[str] = []
+    compile_flags: list[str] = []
+    baseline_cached: bool = False
+    baseline_s: float | None = None  # baseline_for_task's wall time (incl. lock waits)
+    timed_s: float | None = None  # seconds its worker held the timing lock
+    lock_wait_s: float | None = None  # seconds its worker waited for the lock
+    seconds: float = 0.0  # the whole problem, reference step included
+    retried_alone: bool = False
+    device: str = ""
+    protocol: str = ""
+    jobs: int = 1
+
+
+# ---------------------------------------------------------------- error classes
+
+_OOM = (
+    "out of memory",
+    "outofmemoryerror",
+    "cublas_status_alloc_failed",
+    "cannot allocate memory",
+    "can't allocate memory",
+    "memoryerror",
+)
+_DISK = ("no space left on device", "disk quota exceeded", "errno 28")
+
+
+def infra_kind(message: str | None) -> str | None:
+    """``"out_of_memory"``, ``"disk"`` or ``"killed"`` when ``message`` says so, else None."""
+    m = (message or "").lower()
+    if any(p in m for p in _OOM):
+        return "out_of_memory"
+    if any(p in m for p in _DISK):
+        return "disk"
+    if "signal 9" in m or "sigkill" in m or "killed" in m:
+        return "killed"
+    return None
+
+
+# ---------------------------------------------------------------- child processes
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this process when the process that started it dies (a killed run leaves none)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:
+        os._exit(1)
+
+
+@contextlib.contextmanager
+def _lock(path: str | None, acc: dict[str, float] | None = None):
+    if not path:
+        yield
+        return
+    from cuda_agent.records.filelock import exclusive_lock
+
+    t = time.monotonic()
+    with exclusive_lock(path):
+        t1 = time.monotonic()
+        try:
+            yield
+        finally:
+            if acc is not None:
+                acc["waited_s"] = acc.get("waited_s", 0.0) + t1 - t
+                acc["held_s"] = acc.get("held_s", 0.0) + time.monotonic() - t1
+                acc["n"] = acc.get("n", 0) + 1
+
+
+def _emit(d: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(d) + "\n")
+    sys.stdout.flush()
+
+
+def locked_worker(argv: list[str]) -> None:
+    """The profiler's worker (``-m cuda_agent.profiler.worker``) with every call of
+    ``timing.paired`` held under ``$KB_REFS_TIMING_LOCK``; appends the seconds waited and held
+    to ``$KB_REFS_LOCK_STATS`` as one JSON line keyed by the task hash."""
+    if argv != ["-m", "cuda_agent.profiler.worker"]:
+        raise SystemExit(f"_locked-worker runs the profiler worker only, not {argv}")
+    _die_with_parent()
+    import runpy
+
+    from cuda_agent.profiler import timing
+    from cuda_agent.profiler.baseline import task_hash
+
+    data = sys.stdin.read()
+    sys.stdin = io.StringIO(data)
+    key = task_hash(json.loads(data).get("ref_code", ""))
+    acc: dict[str, float] = {}
+    inner = timing.paired
+    path = os.environ.get(LOCK_ENV)
+
+    @functools.wraps(inner)
+    def paired(*a: Any, **kw: Any) -> Any:
+        with _lock(path, acc):
+            return inner(*a, **kw)
+
+    timing.paired = paired
+    try:
+        runpy.run_module("cuda_agent.profiler.worker", run_name="__main__", alter_sys=True)
+    finally:
+        stats = os.environ.get(STATS_ENV)
+        if stats:
+            line = json.dumps({"task": key, "pid": os.getpid(), **acc}) + "\n"
+            fd = os.open(stats, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            os.write(fd, line.encode())
+            os.close(fd)
+
+
+def ref_child() -> int:
+    """The reference step (request JSON on stdin, JSON lines on stdout): ``start`` once the
+    harness imported, ``ref`` after the forward, ``compiled`` after torch.compile's first call,
+    ``error`` with the ``phase`` that failed."""
+    _die_with_parent()
+    req = json.loads(sys.stdin.read())
+    import torch
+
+    from cuda_agent.profiler.baseline import load_reference, tensor_bytes
+
+    device = req["device"]
+    cuda = device.startswith("cuda")
+    _emit({"stage": "start"})
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    phase = "load"
+    try:
+        prog = load_reference(req["ref_code"])
+        phase = "forward"
+        with _lock(req.get("lock")):
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            model = prog.make_model(device=device, seed=0)
+            inputs = prog.make_inputs(device=device, seed=int(req.get("seed", 1000)))
+            sync()
+            t = time.perf_counter()
+            with torch.no_grad():
+                out = model(*inputs)
+            sync()
+            ref_s = time.perf_counter() - t
+        d: dict[str, Any] = {
+            "stage": "ref",
+            "ref_s": ref_s,
+            "input_bytes": tensor_bytes(inputs),
+            "output_bytes": tensor_bytes(out),
+        }
+        if cuda:
+            d["peak_bytes"] = int(torch.cuda.max_memory_allocated())
+        _emit(d)
+        del out
+        if req.get("compile"):
+            phase = "compile"
+            t = time.perf_counter()
+            compiled = torch.compile(model)
+            with torch.no_grad():
+                compiled(*inputs)
+            sync()
+            _emit({"stage": "compiled", "compile_s": time.perf_counter() - t})
+    except Exception as e:  # noqa: BLE001 - the parent classifies it
+        _emit({"stage": "error", "phase": phase, "message": f"{type(e).__name__}: {e}"[:2000]})
+        return 1
+    return 0
+
+
+def _run_child(req: dict[str, Any], timeout_s: float) -> tuple[list[dict[str, Any]], str | None]:
+    """This script's reference step in a new process group: (its JSON lines, error or None)."""
+    p = subprocess.Popen(
+        [sys.executable, str(HERE), "_ref-child"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    err = None
+    try:
+        out, errb = p.communicate(json.dumps(req).encode(), timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        out, errb = p.communicate()
+        err = f"timeout after {timeout_s:.0f}s"
+    lines = []
+    for ln in out.decode(errors="replace").splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            if ln.startswith("{"):
+                lines.append(json.loads(ln))
+    if err is None and p.returncode not in (0, 1):
+        tail = [x for x in errb.decode(errors="replace").splitlines() if x.strip()]
+        sig = f"signal {-p.returncode}" if p.returncode < 0 else str(p.returncode)
+        err = f"reference step exited with {sig}" + (f": {tail[-1][:300]}" if tail else "")
+    return lines, err
+
+
+# ---------------------------------------------------------------- scheduling
+
+
+class MemBudget:
+    """Device bytes shared by the running problems, granted first come first served; a request
+    larger than the budget runs once nothing else holds any."""
+
+    def __init__(self, cap: int | None):
+        self.cap = cap
+        self.used = 0
+        self._queue: collections.deque[int] = collections.deque()
+        self._ticket = 0
+        self._cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def hold(self, n: int):
+        if self.cap is None:
+            yield
+            return
+        with self._cond:
+            me = self._ticket = self._ticket + 1
+            self._queue.append(me)
+            while self._queue[0] != me or (self.used and self.used + n > self.cap):
+                self._cond.wait()
+            self._queue.popleft()
+            self.used += n
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.used -= n
+                self._cond.notify_all()
+
+
+_ESTIMATE_LOCK = threading.Lock()
+
+
+def estimate_bytes(task: Task) -> int | None:
+    """Device bytes a problem's baseline may hold: four times its inputs plus twice its
+    parameters plus 2 GiB (input pool of up to 3 sets, outputs, compile workspace, context),
+    from its inputs and model drawn on the ``meta`` device; None when that fails."""
+    try:
+        import torch
+
+        from cuda_agent.profiler.baseline import load_reference, tensor_bytes
+
+        prog = load_reference(task.ref_code)
+        inputs = tensor_bytes(prog.make_inputs(device="meta"))
+        model = prog.make_model(device="meta")
+        params = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+        del torch
+        return 4 * inputs + 2 * params + 2 * GiB
+    except Exception:  # noqa: BLE001 - unknown: the default share
+        return None
+
+
+def estimate_bytes_locked(task: Task) -> int | None:
+    """:func:`estimate_bytes`, one thread at a time (programs load into this process)."""
+    with _ESTIMATE_LOCK:
+        return estimate_bytes(task)
+
+
+def gpu_total_bytes(device: str) -> int | None:
+    """Total memory of ``device`` (NVML, else torch), None on cpu."""
+    if not device.startswith("cuda"):
+        return None
+    idx = int(device.split(":")[1]) if ":" in device else 0
+    try:
+        import pynvml
+
+        from cuda_agent.profiler.timing import _nvml_index
+
+        pynvml.nvmlInit()
+        return int(
+            pynvml.nvmlDeviceGetMemoryInfo(
+                pynvml.nvmlDeviceGetHandleByIndex(_nvml_index(idx))
+            ).total
+        )
+    except Exception:  # noqa: BLE001
+        import torch
+
+        return int(torch.cuda.get_device_properties(idx).total_memory)
+
+
+# ---------------------------------------------------------------- one problem
+
+
+class Runner:
+    """Everything one run shares: settings, the lock, the memory budget, the stats file."""
+
+    def __init__(self, **kw: Any):
+        self.__dict__.update(kw)
+
+    def row(self, task: Task, **kw: Any) -> Row:
+        return Row(
+            task_id=task.id,
+            level=task.level,
+            problem=task.problem_id,
+            name=task.name,
+            device=self.device_label,
+            protocol=self.protocol,
+            jobs=self.jobs,
+            **kw,
+        )
+
+    def lock_stats(self, key: str) -> dict[str, float]:
+        found: dict[str, float] = {}
+        with contextlib.suppress(OSError):
+            for ln in Path(self.stats_path).read_text().splitlines():
+                with contextlib.suppress(json.JSONDecodeError):
+                    d = json.loads(ln)
+                    if d.get("task") == key:
+                        found = d
+        return found
+
+    def one(self, task: Task, alone: bool) -> Row:
+        from cuda_agent.profiler.baseline import baseline_for_task, cached_baseline, task_hash
+
+        t0 = time.monotonic()
+        est = estimate_bytes_locked(task) or self.default_share
+        with self.budget.hold(0 if alone else est):
+            lines, err = _run_child(
+                {
+                    "ref_code": task.ref_code,
+                    "device": self.device,
+                    "seed": 1000,
+                    "compile": self.precompile and self.compile_mode is not None,
+                    "lock": self.lock,
+                },
+                self.timeout,
+            )
+            st = {d["stage"]: d for d in lines if "stage" in d}
+            ref, comp = st.get("ref", {}), st.get("compiled", {})
+            fields: dict[str, Any] = {
+                k: ref.get(k) for k in ("input_bytes", "output_bytes", "peak_bytes", "ref_s")
+            }
+            fields["compile_s"] = comp.get("compile_s")
+            fields["retried_alone"] = alone
+            e = st.get("error")
+            if "ref" not in st:  # the reference did not run: why?
+                msg = (e or {}).get("message") or err or "reference step printed nothing"
+                kind = infra_kind(msg)
+                if "start" not in st and kind is None and err is None:
+                    kind = "harness"  # the process died before the harness imported
+                if kind == "out_of_memory" and alone:
+                    return self.row(
+                        task,
+                        status="out_of_memory",
+                        error_class="problem",
+                        error=msg,
+                        seconds=time.monotonic() - t0,
+                        **fields,
+                    )
+                if kind is not None:
+                    return self.row(
+                        task,
+                        status="infra_error",
+                        error_class="infra",
+                        error=f"{kind}: {msg}",
+                        seconds=time.monotonic() - t0,
+                        **fields,
+                    )
+                status = "timeout" if err and err.startswith("timeout") else "ref_error"
+                return self.row(
+                    task,
+                    status=status,
+                    error_class="problem",
+                    error=msg,
+                    seconds=time.monotonic() - t0,
+                    **fields,
+                )
+            mode, compile_note = self.compile_mode, None
+            if e is not None or err:  # the forward ran; torch.compile failed or hung: eager only
+                fields["compile_s"] = None
+                compile_note = "reference step: " + ((e or {}).get("message") or err or "?")
+                if infra_kind(compile_note) is None:
+                    mode = None
+            cached = cached_baseline(task, device=self.device, compile_mode=mode)
+            tb = time.monotonic()
+            b = baseline_for_task(
+                task,
+                device=self.device,
+                compile_mode=mode,
+                timeout_s=self.timeout,
+                config=self.timing,
+                recompute=self.recompute,
+            )
+            fields["baseline_s"] = time.monotonic() - tb
+        fields["baseline_cached"] = cached is not None and not self.recompute
+        ls = {} if fields["baseline_cached"] else self.lock_stats(task_hash(task))
+        fields["timed_s"] = ls.get("held_s")
+        fields["lock_wait_s"] = ls.get("waited_s")
+        if b.eager is not None:
+            fields["eager_ms"] = b.eager.median_ms
+            fields["eager_flags"] = list(b.eager.flags)
+        if b.compile is not None:
+            fields["compile_ms"] = b.compile.median_ms
+            fields["compile_flags"] = list(b.compile.flags)
+        secs = time.monotonic() - t0
+        if b.error is None and mode is None and self.compile_mode is not None:
+            return self.row(
+                task,
+                status="compile_error",
+                error_class="problem",
+                error=f"torch.compile failed in the {compile_note}"[:2000],
+                seconds=secs,
+                **fields,
+            )
+        if b.error is None:
+            return self.row(task, status="ok", seconds=secs, **fields)
+        kind = infra_kind(b.error)
+        if kind == "out_of_memory" and alone:
+            return self.row(
+                task,
+                status="out_of_memory",
+                error_class="problem",
+                error=b.error,
+                seconds=secs,
+                **fields,
+            )
+        if kind is not None:
+            return self.row(
+                task,
+                status="infra_error",
+                error_class="infra",
+                error=f"{kind}: {b.error}",
+                seconds=secs,
+                **fields,
+            )
+        if b.eager is not None and b.error.startswith("torch.compile failed"):
+            return self.row(
+                task,
+                status="compile_error",
+                error_class="problem",
+                error=b.error,
+                seconds=secs,
+                **fields,
+            )
+        if b.error.startswith("timeout"):
+            return self.row(
+                task, status="timeout", error_class="problem", error=b.error, seconds=secs, **fields
+            )
+        # the reference's forward ran in the reference step: a failing timing is the harness's
+        return self.row(
+            task,
+            status="infra_error",
+            error_class="infra",
+            error=f"timing: {b.error}",
+            seconds=secs,
+            **fields,
+        )
+
+
+# ---------------------------------------------------------------- run
+
+
+def load_tasks(
+    root: Path | None, tasks_file: Path | None, levels: str, problems: str | None
+) -> list[Task]:
+    """The problems of a KernelBench tree (``kernelbench-eval tasks``' reader) or a Task JSONL."""
+    from cuda_agent.kernelbench_eval.tree import ProblemIssue, iter_problems, parse_ranges
+
+    lv, pr = parse_ranges(levels), parse_ranges(problems)
+    if root is not None:
+        out = []
+        for t in iter_problems(root, lv, pr):
+            if isinstance(t, ProblemIssue):
+                print(f"kb-refs: skipped {t.path}: {t.message}", file=sys.stderr)
+            else:
+                out.append(t)
+        return out
+    assert tasks_file is not None
+    out = []
+    for _, rec in read_records(tasks_file, Task):
+        if not isinstance(rec, Task):
+            raise typer.BadParameter(f"{tasks_file}: {rec}")
+        if (lv is None or rec.level in lv) and (pr is None or rec.problem_id in pr):
+            out.append(rec)
+    return out
+
+
+def read_rows(path: Path) -> list[Row]:
+    """The whole rows of ``path`` in file order (a cut last line and bad lines are skipped)."""
+    rows = []
+    if not path.exists():
+        return rows
+    for _, line in iter_lines(path):
+        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+            rows.append(msgspec.json.decode(line, type=Row))
+    return rows
+
+
+def latest(rows: list[Row]) -> dict[str, Row]:
+    """The last row of each task (a resumed run appends)."""
+    return {r.task_id: r for r in rows}
+
+
+def pending(tasks: list[Task], rows: list[Row], redo: set[str]) -> list[Task]:
+    """The tasks ``--resume`` runs: those without a row, or whose last row is an infra error or
+    has a status in ``redo``."""
+    done = {k for k, r in latest(rows).items() if r.error_class != "infra" and r.status not in redo}
+    return [t for t in tasks if t.id not in done]
+
+
+@app.command()
+def run(
+    output: Annotated[Path, typer.Option("-o", "--output", help="Rows JSONL (appended).")],
+    root: Annotated[Path | None, typer.Option(help="KernelBench tree.")] = None,
+    tasks: Annotated[Path | None, typer.Option(help="Task JSONL instead of a tree.")] = None,
+    levels: Annotated[str, typer.Option(help="Levels, e.g. 1,2,3.")] = "1,2,3",
+    problems: Annotated[str | None, typer.Option(help="Problem ids, e.g. 1-10,40.")] = None,
+    limit: Annotated[int | None, typer.Option(help="At most this many problems to run.")] = None,
+    resume: Annotated[bool, typer.Option(help="Skip problems with a row (not infra).")] = False,
+    redo: Annotated[str, typer.Option(help="With --resume, redo rows of these statuses.")] = "",
+    jobs: Annotated[int, typer.Option(min=1, help="Problems at once.")] = 6,
+    device: Annotated[str, typer.Option(help="cuda, cuda:N or cpu.")] = "cuda",
+    compile_mode: Annotated[str, typer.Option(help="torch.compile mode or none.")] = "default",
+    precompile: Annotated[
+        bool, typer.Option(help="torch.compile in the reference step (compile_s; warms caches).")
+    ] = True,
+    timeout: Annotated[float, typer.Option(help="Seconds per step and problem.")] = 600.0,
+    time_cap: Annotated[float | None, typer.Option(help="Protocol time_cap_s.")] = None,
+    warmup_ms: Annotated[float | None, typer.Option(help="Protocol warmup_ms.")] = None,
+    target_rse: Annotated[float | None, typer.Option(help="Protocol target_rse.")] = None,
+    trace_check: Annotated[
+        bool, typer.Option(help="The protocol's kernel-trace cross-check (CUPTI set-up).")
+    ] = True,
+    recompute: Annotated[bool, typer.Option(help="Ignore the baseline cache.")] = False,
+    lock: Annotated[Path | None, typer.Option(help="The timing lock file.")] = None,
+    mem_fraction: Annotated[float, typer.Option(help="Share of GPU memory to budget.")] = 0.85,
+    compile_threads: Annotated[
+        int | None, typer.Option(help="TORCHINDUCTOR_COMPILE_THREADS per process.")
+    ] = None,
+    deadline_s: Annotated[float | None, typer.Option(help="Start no problem after this.")] = None,
+) -> None:
+    """Run the reference step and the baselines of every problem; one Row per line in -o."""
+    from cuda_agent.profiler import baseline as B
+    from cuda_agent.profiler.config import PROTOCOL_VERSION, TimingConfig
+
+    if (root is None) == (tasks is None):
+        raise typer.BadParameter("give exactly one of --root or --tasks")
+    t_start = time.monotonic()
+    todo = load_tasks(root, tasks, levels, problems)
+    total = len(todo)
+    redo_set = {s.strip() for s in redo.split(",") if s.strip()}
+    if resume:
+        todo = pending(todo, read_rows(output), redo_set)
+    elif output.exists() and output.stat().st_size:
+        raise typer.BadParameter(f"{output} exists: give --resume or another -o")
+    if limit is not None:
+        todo = todo[:limit]
+    over = {}
+    for k, v in (("time_cap_s", time_cap), ("warmup_ms", warmup_ms), ("target_rse", target_rse)):
+        if v is not None:
+            over[k] = v
+    if not trace_check:
+        over["trace_check"] = False
+    timing = TimingConfig().with_(**over)
+    cuda = device.startswith("cuda")
+    ncpu = os.cpu_count() or 2
+    os.environ.setdefault(
+        "TORCHINDUCTOR_COMPILE_THREADS", str(compile_threads or max(1, (ncpu - 2) // jobs))
+    )
+    workdir = Path(tempfile.mkdtemp(prefix="kb-refs-"))
+    lock_path = str(lock or workdir / "timing.lock")
+    stats_path = str(workdir / "lock_stats.jsonl")
+    os.environ[LOCK_ENV] = lock_path
+    os.environ[STATS_ENV] = stats_path
+    launcher = workdir / "python-locked-worker"
+    launcher.write_text(
+        f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(HERE))} _locked-worker "$@"\n'
+    )
+    launcher.chmod(0o755)
+    # baseline_for_task starts `python -m cuda_agent.profiler.worker`: the same module, through
+    # the launcher that holds the timing lock around its timed sections
+    B.run_worker = functools.partial(B.run_worker, python=str(launcher))
+    total_mem = gpu_total_bytes(device) if cuda else None
+    budget = MemBudget(int(total_mem * mem_fraction) if total_mem else None)
+    label = B.device_name(device)
+    runner = Runner(
+        device=device,
+        device_label=label,
+        protocol=PROTOCOL_VERSION,
+        jobs=jobs,
+        compile_mode=None if compile_mode == "none" else compile_mode,
+        precompile=precompile,
+        timeout=timeout,
+        timing=timing,
+        recompute=recompute,
+        lock=lock_path,
+        stats_path=stats_path,
+        budget=budget,
+        default_share=max(8 * GiB, (total_mem or 0) // max(jobs, 1) // 2),
+    )
+    log = functools.partial(print, file=sys.stderr, flush=True)
+    log(
+        f"kb-refs: {len(todo)} to run of {total} problems ({total - len(todo)} done), "
+        f"{jobs} at once on {label}; compile threads {os.environ['TORCHINDUCTOR_COMPILE_THREADS']}, "
+        f"memory budget {budget.cap / GiB if budget.cap else 0:.0f} GiB; timing {over or 'protocol defaults'}"
+    )
+    writer = RecordWriter(output)
+    wlock = threading.Lock()
+    counts: collections.Counter[str] = collections.Counter()
+    retry: list[Task] = []
+    n_done = 0
+
+    def record(task: Task, r: Row, final: bool) -> None:
+        nonlocal n_done
+        with wlock:
+            if (
+                not final
+                and r.error_class == "infra"
+                and r.error
+                and (r.error.startswith(("out_of_memory", "killed")))
+            ):
+                retry.append(task)
+                log(
+                    f"[kb-refs {time.monotonic() - t_start:.0f}s] L{task.level}/{task.problem_id} "
+                    f"{task.name}: {r.error[:160]} (run again alone at the end)"
+                )
+                return
+            writer.write(r)
+            n_done += 1
+            counts[r.status] += 1
+            e = f"{r.eager_ms:.4f}" if r.eager_ms is not None else "-"
+            c = f"{r.compile_ms:.4f}" if r.compile_ms is not None else "-"
+            log(
+                f"[kb-refs {time.monotonic() - t_start:.0f}s] {n_done}/{len(todo)} "
+                f"L{r.level}/{r.problem} {r.name}: {r.status} eager {e} ms compile {c} ms "
+                f"(compile {_s(r.compile_s)}, timed {_s(r.timed_s)}, {r.seconds:.1f}s)"
+                + (f" {r.error[:200]}" if r.error else "")
+                + f" | {dict(counts)}"
+            )
+
+    def job(task: Task, alone: bool = False) -> None:
+        if deadline_s is not None and time.monotonic() - t_start > deadline_s:
+            return
+        try:
+            r = runner.one(task, alone)
+        except Exception as e:  # noqa: BLE001 - the harness's own failure, for this problem only
+            r = runner.row(
+                task,
+                status="infra_error",
+                error_class="infra",
+                error=f"harness: {type(e).__name__}: {e}"[:2000],
+            )
+        record(task, r, final=alone)
+
+    with ThreadPoolExecutor(max_workers=jobs) as ex:
+        for f in [ex.submit(job, t) for t in todo]:
+            f.result()
+    for t in list(retry):
+        job(t, alone=True)
+    writer.close()
+    log(f"kb-refs: {n_done} rows in {time.monotonic() - t_start:.0f}s: {dict(counts)}")
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}s"
+
+
+# ---------------------------------------------------------------- the table
+
+
+def _mb(x: int | None) -> str:
+    return "-" if x is None else f"{x / 1e6:.1f}"
+
+
+def _f(x: float | None, fmt: str = "{:.4f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def _geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def render(rows: list[Row], env: list[str], command: str, title: str) -> str:
+    """The Markdown document: run header, summary per level, errors, one line per problem."""
+    date = env[0] if env else "(date: fill in)"
+    commit = next((x.split()[1] for x in env if x.startswith("commit ")), "(commit: fill in)")
+    gpu = next((x for x in env if "H200" in x or "NVIDIA" in x), None) or (
+        sorted({r.device for r in rows})[0] if rows else "(GPU: fill in)"
+    )
+    by = sorted(latest(rows).values(), key=lambda r: (r.level or 0, r.problem or 0, r.name))
+    out = [
+        f"# {title}",
+        "",
+        f"{date}; GPU: {gpu}; commit `{commit}`; command: `{command or '(fill in)'}`.",
+        f"Protocol {by[0].protocol if by else '?'}; {by[0].jobs if by else '?'} problems at once "
+        "(timed sections exclusive: packages/kernelbench-eval/benchmarks/kb_references.py).",
+        "",
+        "`eager ms` / `compile ms`: the profiler's baseline medians (`profiler baseline`, paired, "
+        "L2 flushed); `ref s`: the reference's one forward; `compile s`: `torch.compile` and its "
+        "first call with cold caches; `s`: the problem's wall time in this run (reference step "
+        "and baseline; problems overlapped).",
+        "",
+        "| level | problems | ok | compile_error | problem errors | infra errors | geomean eager/compile "
+        "| eager ms (median) | timed s (sum) | compile s (sum) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    levels = sorted({r.level for r in by}, key=lambda x: x or 0)
+    for lv in [*levels, "all"]:
+        rs = by if lv == "all" else [r for r in by if r.level == lv]
+        sp = [r.eager_ms / r.compile_ms for r in rs if r.eager_ms and r.compile_ms]
+        eg = [r.eager_ms for r in rs if r.eager_ms is not None]
+        out.append(
+            f"| {lv} | {len(rs)} | {sum(r.status == 'ok' for r in rs)} | "
+            f"{sum(r.status == 'compile_error' for r in rs)} | "
+            f"{sum(r.error_class == 'problem' for r in rs)} | "
+            f"{sum(r.error_class == 'infra' for r in rs)} | "
+            f"{_f(_geomean(sp), '{:.2f}x')} | {_f(statistics.median(eg) if eg else None)} | "
+            f"{sum(r.timed_s or 0 for r in rs):.0f} | {sum(r.compile_s or 0 for r in rs):.0f} |"
+        )
+    errs = [r for r in by if r.error]
+    if errs:
+        out += [
+            "",
+            "## Errors",
+            "",
+            "| problem | status | class | message |",
+            "| --- | --- | --- | --- |",
+        ]
+        for r in errs:
+            msg = re.sub(r"\s+", " ", r.error or "")[:240].replace("|", "\\|")
+            out.append(
+                f"| L{r.level}/{r.problem} {r.name} | {r.status} | {r.error_class} | {msg} |"
+            )
+    for lv in levels:
+        out += [
+            "",
+            f"## Level {lv}",
+            "",
+            "| id | name | input MB | output MB | ref s | eager ms | compile ms | eager/compile "
+            "| compile s | s | status |",
+            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        ]
+        for r in (r for r in by if r.level == lv):
+            sp = r.eager_ms / r.compile_ms if r.eager_ms and r.compile_ms else None
+            graph = " (graph)" if "cuda_graph" in r.eager_flags else ""
+            out.append(
+                f"| {r.problem} | {r.name} | {_mb(r.input_bytes)} | {_mb(r.output_bytes)} | "
+                f"{_f(r.ref_s, '{:.3f}')} | {_f(r.eager_ms)}{graph} | {_f(r.compile_ms)} | "
+                f"{_f(sp, '{:.2f}')} | {_f(r.compile_s, '{:.1f}')} | {r.seconds:.1f} | {r.status} |"
+            )
+    return "\n".join(out) + "\n"
+
+
+@app.command()
+def table(
+    rows: Annotated[list[Path], typer.Argument(help="Rows JSONL file(s) of `run`.")],
+    env: Annotated[Path | None, typer.Option(help="The run's env.txt (date, commit, GPU).")] = None,
+    command: Annotated[str, typer.Option(help="The command that made the rows.")] = "",
+    title: Annotated[
+        str, typer.Option()
+    ] = "KernelBench references: eager and torch.compile baselines",
+) -> None:
+    """Print the Markdown table of the rows (the last row of each problem counts)."""
+    allrows = [r for p in rows for r in read_rows(p)]
+    lines = env.read_text().splitlines() if env and env.exists() else []
+    sys.stdout.write(render(allrows, lines, command, title))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["_locked-worker"]:
+        locked_worker(sys.argv[2:])
+    elif sys.argv[1:2] == ["_ref-child"]:
+        sys.exit(ref_child())
+    else:
+        app()
