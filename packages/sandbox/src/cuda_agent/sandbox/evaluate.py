@@ -292,6 +292,7 @@ def _record_phases(
     rep: dict[str, Any],
     stage_t0: float | None = None,
     gate_wait: float = 0.0,
+    life_s: float | None = None,
 ) -> None:
     """Keep where one op's wall time went in ``meta["phases_s"][stage]``: the phases the process
     reported, its start-up, and ``other`` (exit, polling, what no phase names), so that the
@@ -299,14 +300,16 @@ def _record_phases(
     ``before_stage`` is kept for a process started early (``stage_t0``: the wall-clock time the
     stage's clock started, at its start signal): from its spawn to then (start-up, ``import
     torch`` and its ``wait_*`` phase, or part of them). ``gate_wait``: seconds the parent left
-    out of the stage while the process waited for the device (the timing stage). Informational
-    only."""
+    out of the stage while the process waited for the device (the timing stage). ``life_s``:
+    the seconds the op's process ran, for an op that is no stage of its own (the judge, which
+    spans verification and the comparison's tail). Informational only."""
     if rep.get("warm"):
         p.meta.setdefault("warm_phases", []).append(stage)
     if rep.get("fork_server_error"):
         p.meta["fork_server_error"] = rep["fork_server_error"]
     phases = rep.get("phases_s")
-    if not isinstance(phases, dict) or stage not in p.stages:
+    total = life_s if life_s is not None else p.stages.get(stage)
+    if not isinstance(phases, dict) or total is None:
         return
     d = {str(k): round(float(v), 3) for k, v in phases.items() if isinstance(v, (int, float))}
     if isinstance(rep.get("startup_s"), (int, float)):
@@ -316,7 +319,7 @@ def _record_phases(
     if stage_t0 is not None and isinstance(rep.get("t_spawn"), (int, float)):
         before = max(0.0, stage_t0 - float(rep["t_spawn"]))
         d["before_stage"] = round(before, 3)
-    d["other"] = round(p.stages[stage] + before + gate_wait - named, 3)
+    d["other"] = round(total + before + gate_wait - named, 3)
     p.meta.setdefault("phases_s", {})[stage] = d
 
 
@@ -1206,7 +1209,7 @@ def _run_on_device(
     finally:
         room.__exit__(None, None, None)
     _record_phases(p, "verify", rep, stage_t0=t_wall if early is not None else None)
-    _record_phases(p, "judge", jrep)
+    _record_phases(p, "judge", jrep, life_s=p.stages["verify"] + p.stages["compare"])
     p.meta["isolation"] = out.isolation
     if not jrep.get("ok"):
         return _result(p, Status.INFRA_ERROR, "comparison failed: " + _error_text(jout, jrep))
