@@ -1,0 +1,14 @@
+import torch
+import torch.nn as nn
+
+import cuda_extension
+
+
+class ModelNew(nn.Module):
+    """ReLU through a vectorised grid-stride kernel (kernels/relu.cu)."""
+
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return cuda_extension.relu_forward(x)
