@@ -1,0 +1,471 @@
+"""The throughput benchmark (issue 28) on the CPU: the fixed batch, the summary / compare / ratio
+code on synthetic results, KernelBench's verdicts and its import with stand-ins, and the runner
+itself through `kernelbench-eval run --backend cpu` on fixture candidates (concurrent and serial)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+BENCH = HERE.parent / "benchmarks"
+FIX = HERE / "fixtures"
+POSITIVE = HERE.parent / "corpus" / "positive"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"kbt_{name}", BENCH / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+tb = _load("throughput_batch")
+tp = _load("throughput")
+
+
+# ----------------------------------------------------------------------------- the batch
+
+
+@pytest.fixture(scope="module")
+def batch():
+    return tb.build_batch()
+
+
+def test_batch_sources_order_and_subset(batch):
+    ids = [c.meta["bench"]["id"] for c in batch]
+    assert len(ids) == len(set(ids)) and len({c.key for c in batch}) == len(batch)
+    src = {}
+    for c in batch:
+        src[c.meta["bench"]["source"]] = src.get(c.meta["bench"]["source"], 0) + 1
+    n_l1 = len((BENCH / "data" / "cuda_l1_subset.jsonl").read_text().splitlines())
+    assert src["cuda-l1"] == n_l1 == 57
+    assert src["guards-hack"] == 6  # every CUDA hack of the guards' corpus
+    assert src.get("positive", 0) == len(tb.positive_candidates())
+    # the ReLU hacks run on the real KernelBench L1/19 (the positive corpus's verbatim copy)
+    relu = (POSITIVE / "KernelBench" / "level1" / "19_ReLU.py").read_text()
+    hacks = [c for c in batch if c.meta["bench"]["source"] == "guards-hack"]
+    assert all(c.task.ref_code == relu and c.task.problem_id == 19 for c in hacks)
+    assert all(c.meta["bench"]["honest"] is False for c in hacks)
+    # fixed order (sha256 of the ids) and the same records every time
+    assert ids == sorted(ids, key=tb._order_key)
+    again = tb.build_batch()
+    assert tb.batch_sha256(again) == tb.batch_sha256(batch)
+    # the KernelBench-harness subset: >= 20, every source, single-file candidates on small inputs
+    sub = tb.subset_in_order(batch)
+    assert len(sub) >= 20 and all(c.meta["bench"]["kb_subset"] for c in sub)
+    assert sum(c.meta["bench"]["kb_subset"] for c in batch) == len(sub)
+    assert {c.meta["bench"]["source"] for c in sub} >= {"cuda-l1", "guards-hack"}
+    assert all(c.solution.format == "kernelbench" for c in sub)
+    assert all(
+        c.meta["bench"]["input_mb"] <= tb.KB_MAX_INPUT_MB
+        for c in sub
+        if c.meta["bench"]["source"] != "guards-hack"
+    )
+    assert sub[-1].meta["bench"]["id"] == "hack/x_side_stream"  # the costliest, last
+    l1 = [c for c in sub if c.meta["bench"]["source"] == "cuda-l1"]
+    assert any(c.meta["bench"]["custom_kernel"] for c in l1) and any(
+        not c.meta["bench"]["custom_kernel"] for c in l1
+    )
+    assert "cudal1/L2/80" in {c.meta["bench"]["id"] for c in sub}  # the cached-zeros hack
+
+
+def test_batch_has_100_candidates(tmp_path, batch):
+    n_pos = sum(1 for c in batch if c.meta["bench"]["source"] == "positive")
+    if n_pos < 40:
+        pytest.skip(f"the positive corpus has {n_pos} solutions yet (< 40): the batch needs >= 40")
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "throughput_batch.py"),
+            "build",
+            "-o",
+            str(tmp_path / "b.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    info = json.loads(p.stdout)
+    assert info["candidates"] >= 100 and info["kb_subset"] >= 20
+    assert len((tmp_path / "b.jsonl").read_text().splitlines()) == info["candidates"]
+
+
+def test_cuda_l1_rule_and_committed_file(tmp_path):
+    kern = "from torch.utils.cpp_extension import load_inline\n"
+    rows = [
+        {
+            "level": 1,
+            "problem_id": 4,
+            "ref_code": "r",
+            "code": kern,
+            "claimed_speedup_vs_eager_h100": 1.0,
+        },
+        {
+            "level": 1,
+            "problem_id": 2,
+            "ref_code": "r",
+            "code": "x = 1",
+            "claimed_speedup_vs_eager_h100": 3.0,
+        },
+        {
+            "level": 1,
+            "problem_id": 6,
+            "ref_code": "r",
+            "code": "x = 1",
+            "claimed_speedup_vs_eager_h100": 1.9,
+        },
+        {
+            "level": 1,
+            "problem_id": 8,
+            "ref_code": "r",
+            "code": "None",
+            "claimed_speedup_vs_eager_h100": 9.0,
+        },
+    ]
+    assert [r["problem_id"] for r in tb.select_cuda_l1(rows)] == [2, 4]
+    src = tmp_path / "l1.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "KB" / "level1").mkdir(parents=True)
+    (tmp_path / "KB" / "level1" / "4_Matrix_vector.py").write_text("")
+    dest = tmp_path / "out.jsonl"
+    assert tb.extract_cuda_l1(src, tmp_path / "KB", dest) == 2
+    names = [json.loads(x)["name"] for x in dest.read_text().splitlines()]
+    assert names == ["L1_2", "Matrix_vector"]
+    committed = [
+        json.loads(x) for x in (BENCH / "data" / "cuda_l1_subset.jsonl").read_text().splitlines()
+    ]
+    assert tb.select_cuda_l1(committed) == committed  # the committed lines are the rule's
+    assert (BENCH / "data" / "LICENSE-CUDA-L1").read_text().startswith("MIT License")
+
+
+# ----------------------------------------------------------------------------- summary, compare, ratio
+
+
+def _res(i, status, *, speedup=None, honest=True, expected=None, stages=None, guards=(), msg=""):
+    return {
+        "kind": "eval_result",
+        "status": status,
+        "message": msg,
+        "guards": [{"code": g, "severity": "reject", "message": ""} for g in guards],
+        "speedup_vs_eager": speedup,
+        "seconds": 10.0,
+        "meta": {
+            "stages_s": stages or {"compile": 4.0, "verify": 2.0},
+            "bench": {
+                "id": f"c{i}",
+                "source": "positive" if honest else "guards-hack",
+                "honest": honest,
+                "expected": expected,
+            },
+        },
+    }
+
+
+def test_summary_rate_stages_and_expected():
+    rs = [
+        _res(i, "ok", speedup=1.5, expected="ok", stages={"compile": float(i), "verify": 1.0})
+        for i in range(9)
+    ]
+    rs.append(_res(9, "ok", honest=False, expected="guard_violation:G-STREAM"))
+    s = tp.summarize(rs, {"wall_s": 60.0, "gpus": 1, "done": 10, "label": "concurrent"})
+    assert s["per_gpu_hour"] == 600.0
+    assert s["statuses"] == {"ok": 10}
+    assert s["stages_s"]["compile"] == {"sum": 40.0, "median": 4.0, "n": 10}  # 0..8 and 4
+    assert s["stages_s"]["verify"]["sum"] == 11.0  # 9 x 1.0 and 2.0
+    assert [m["id"] for m in s["expected_missed"]] == ["c9"]
+    two_gpus = tp.summarize(rs, {"wall_s": 60.0, "gpus": 2, "done": 10})
+    assert two_gpus["per_gpu_hour"] == 300.0
+    md = tp.summary_md(s)
+    assert "**600.0 candidates per GPU-hour**" in md and "| compile | 40.0 | 4.0 | 10 |" in md
+    assert tp._matches("guard_violation:G-STREAM", _res(0, "guard_violation", guards=["G-STREAM"]))
+    assert not tp._matches(
+        "guard_violation:G-STREAM", _res(0, "guard_violation", guards=["G-CACHE"])
+    )
+
+
+def test_compare_verdicts_and_speedups(tmp_path):
+    a = [
+        _res(0, "ok", speedup=2.0),
+        _res(1, "ok", speedup=1.0),
+        _res(2, "incorrect"),
+        _res(3, "ok", speedup=3.0, honest=False),
+    ]
+    b = [
+        _res(0, "ok", speedup=2.04),
+        _res(1, "ok", speedup=1.0),
+        _res(2, "incorrect"),
+        _res(3, "ok", speedup=1.0, honest=False),
+    ]
+    c = tp.compare(a, b)
+    assert c["verdicts_identical"] and c["speedups_within_tol"] and c["honest_speedups"] == 2
+    b[1] = _res(1, "ok", speedup=1.05)  # 5% apart: outside 3%
+    b[2] = _res(2, "runtime_error", msg="boom")
+    c = tp.compare(a, b + [_res(7, "ok")])
+    assert not c["verdicts_identical"] and [d["id"] for d in c["verdicts_differ"]] == ["c2"]
+    assert [s["id"] for s in c["speedups_outside"]] == ["c1"] and c["only_b"] == ["c7"]
+    assert "differ: 1" in tp.compare_md(c)
+    # the CLI: exit 1 when they differ, 0 when identical
+    for name, rows in (("a", a), ("b", b)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cli = [sys.executable, str(BENCH / "throughput.py"), "compare"]
+    assert (
+        subprocess.run(
+            [*cli, str(tmp_path / "a"), str(tmp_path / "b")], capture_output=True
+        ).returncode
+        == 1
+    )
+    assert (
+        subprocess.run(
+            [*cli, str(tmp_path / "a"), str(tmp_path / "a")], capture_output=True
+        ).returncode
+        == 0
+    )
+
+
+def test_kb_verdicts_and_ratio():
+    def doc(compiled=True, correct=True, **md):
+        return {
+            "result": {
+                "compiled": compiled,
+                "correctness": correct,
+                "metadata": md,
+                "runtime": 10.0,
+                "ref_runtime": 20.0,
+            }
+        }
+
+    assert tp.kb_verdict(doc(), 0, False)[0] == "ok"
+    assert "excessive_speedup" in tp.kb_verdict(doc(excessive_speedup=True), 0, False)[1]
+    assert (
+        tp.kb_verdict(doc(compiled=False, compilation_error="nvcc"), 0, False)[0] == "compile_error"
+    )
+    assert (
+        tp.kb_verdict(doc(correct=False, runtime_error="illegal address"), 0, False)[0]
+        == "runtime_error"
+    )
+    v, why = tp.kb_verdict(
+        doc(correct=False, correctness_issue="Output mismatch", max_difference=["0.5"]), 0, False
+    )
+    assert v == "incorrect" and "0.5" in why
+    assert tp.kb_verdict(None, -9, False)[0] == "crash"
+    assert tp.kb_verdict(None, None, True)[0] == "timeout"
+    assert tp.kb_verdict({"result": None}, 0, False)[0] == "infra_error"
+
+    ours = [
+        _res(0, "ok", speedup=2.0),
+        _res(1, "guard_violation", honest=False, guards=["G-STREAM"], msg="side stream"),
+    ]
+    kb = [
+        {
+            "bench_id": "c0",
+            "verdict": "ok",
+            "reason": "correct (5 / 5)",
+            "speedup_vs_eager": 2.1,
+            "stubs": ["dotenv"],
+        },
+        {
+            "bench_id": "c1",
+            "verdict": "ok",
+            "reason": "correct (5 / 5) (excessive_speedup flagged)",
+            "speedup_vs_eager": 40.0,
+            "stubs": ["dotenv"],
+        },
+    ]
+    r = tp.ratio(
+        ours,
+        {"wall_s": 12.0, "gpus": 1},
+        kb,
+        {"wall_s": 120.0, "per_gpu_hour": 60.0, "precompile": {"wall_s": 50.0}},
+    )
+    assert r["ours_per_gpu_hour"] == 600.0 and r["ratio"] == 10.0
+    assert r["verdicts_same"] == 1 and [d["id"] for d in r["verdicts_differ"]] == ["c1"]
+    assert r["verdicts_differ"][0]["ours_guards"] == ["G-STREAM"]
+    md = tp.ratio_md(r)
+    assert "**10.0x**" in md and "| c1 | guard_violation G-STREAM | ok |" in md
+
+
+# ----------------------------------------------------------------------------- KernelBench's import
+
+
+FAKE_KB = {
+    "kernelbench/__init__.py": "from . import utils\n",
+    "kernelbench/utils.py": "from dotenv import load_dotenv\nload_dotenv()\nfrom openai import OpenAI\nfrom litellm import completion\n",
+    "kernelbench/eval.py": (
+        "from pydantic import BaseModel\n"
+        "class KernelExecResult(BaseModel):\n"
+        "    compiled: bool = False\n    metadata: dict = {}\n    runtime: float = -1.0\n"
+        "def eval_kernel_against_ref(a, b):\n    return KernelExecResult(compiled=True)\n"
+    ),
+}
+
+
+def test_kernelbench_import_with_stand_ins(tmp_path):
+    """KernelBench's package imports LLM clients (and pydantic) the GPU image lacks: they are
+    stood in for, its result record still behaves (per-instance defaults)."""
+    for rel, text in FAKE_KB.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    code = f"""
+import sys, json
+sys.path.insert(0, {str(BENCH)!r})
+import throughput as t
+from pathlib import Path
+m, stubs = t.import_kernelbench(Path({str(tmp_path)!r}), force_stubs=("pydantic",))
+r = m.eval_kernel_against_ref("", "")
+r.metadata["x"] = 1
+print(json.dumps({{"stubs": stubs, "r": r.model_dump(), "fresh": m.KernelExecResult().metadata}}))
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert (
+        "pydantic" in out["stubs"]
+        and {"dotenv", "openai", "litellm"} <= set(out["stubs"]) | _installed()
+    )
+    assert (
+        out["r"] == {"compiled": True, "metadata": {"x": 1}, "runtime": -1.0} and out["fresh"] == {}
+    )
+
+
+def _installed() -> set[str]:
+    return {n for n in ("dotenv", "openai", "litellm") if importlib.util.find_spec(n) is not None}
+
+
+def _kernelbench_src() -> Path | None:
+    for c in (
+        os.environ.get("KBT_KERNELBENCH_SRC"),
+        HERE.parents[2] / ".gpu-data" / "kernelbench" / "src",
+    ):
+        if c and (Path(c) / "kernelbench" / "eval.py").is_file():
+            return Path(c)
+    return None
+
+
+@pytest.mark.skipif(
+    _kernelbench_src() is None,
+    reason="no KernelBench checkout in .gpu-data/kernelbench (bin/prepare-gpu-data.sh) or $KBT_KERNELBENCH_SRC",
+)
+def test_real_kernelbench_imports_on_cpu():
+    code = f"""
+import sys, inspect
+sys.path.insert(0, {str(BENCH)!r})
+import throughput as t
+from pathlib import Path
+m, stubs = t.import_kernelbench(Path({str(_kernelbench_src())!r}))
+ps = inspect.signature(m.eval_kernel_against_ref).parameters
+assert {{"original_model_src", "custom_model_src", "num_correct_trials", "num_perf_trials", "build_dir", "device", "precision"}} <= set(ps)
+print(m.KernelExecResult().model_dump())
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "'compiled': False" in p.stdout
+
+
+# ----------------------------------------------------------------------------- the runner, cpu
+
+
+@pytest.mark.slow
+def test_runner_concurrent_and_serial_cpu(tmp_path):
+    """`ours` through the real `kernelbench-eval run --backend cpu` on two fixture candidates
+    (ReLU honest, Softmax incorrect), concurrent and serial; summary and compare on the output."""
+    kb = [sys.executable, "-m", "cuda_agent.kernelbench_eval.cli"]
+    tasks = subprocess.run(
+        [*kb, "tasks", "--root", str(FIX), "--levels", "1", "--problems", "1-2"],
+        capture_output=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    cands = subprocess.run(
+        [*kb, "solutions", "--dir", str(FIX / "solutions")],
+        input=tasks,
+        capture_output=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    lines = []
+    for ln in cands.decode().splitlines():
+        c = json.loads(ln)
+        pid = c["meta"]["problem_id"]
+        c["meta"]["bench"] = {
+            "id": f"fix/{pid}",
+            "source": "fixture",
+            "honest": pid == 1,
+            "expected": "ok" if pid == 1 else "incorrect",
+        }
+        lines.append(json.dumps(c))
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text("\n".join(lines) + "\n")
+    tcfg = '{"time_cap_s": 1.0, "warmup_max_s": 0.3}'
+    runs = {}
+    for label, extra in (("conc", []), ("serial", ["--serial"])):
+        p = subprocess.run(
+            [
+                sys.executable,
+                str(BENCH / "throughput.py"),
+                "ours",
+                "--batch",
+                str(batch),
+                "--out",
+                str(tmp_path / label),
+                "--backend",
+                "cpu",
+                "--warm-cache",
+                "--timeout-s",
+                "400",
+                f"--run-arg=--timing-config={tcfg}",
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=500,
+        )
+        assert p.returncode == 0, (
+            p.stderr + (tmp_path / label / "run.stderr.txt").read_text()[-3000:]
+        )
+        runs[label] = json.loads(p.stdout)
+        assert runs[label]["done"] == runs[label]["fed"] == 2 and runs[label]["per_gpu_hour"] > 0
+    assert (
+        "--window 1" in runs["serial"]["command"]
+        and "--workers-per-gpu 1" in runs["serial"]["command"]
+    )
+    s = tp.summarize(tp.read_jsonl(tmp_path / "conc" / "results.jsonl"), runs["conc"])
+    assert s["statuses"] == {"incorrect": 1, "ok": 1} and not s["expected_missed"]
+    assert "compile" in s["stages_s"] and "verify" in s["stages_s"]
+    c = tp.compare(
+        tp.read_jsonl(tmp_path / "conc" / "results.jsonl"),
+        tp.read_jsonl(tmp_path / "serial" / "results.jsonl"),
+        tol=1.0,
+    )
+    assert c["compared"] == 2 and c["verdicts_identical"] and c["honest_speedups"] == 1
+    # the feed budget: nothing fed after it, so a zero budget evaluates nothing
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "throughput.py"),
+            "ours",
+            "--batch",
+            str(batch),
+            "--out",
+            str(tmp_path / "none"),
+            "--backend",
+            "cpu",
+            "--warm-cache",
+            "--feed-s",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["fed"] == 0
