@@ -31,12 +31,10 @@ import importlib.util
 import json
 import re
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
-from cuda_agent.kernelbench_eval.solutions import import_solutions, scan_dir
-from cuda_agent.kernelbench_eval.tree import iter_problems
+from cuda_agent.kernelbench_eval.corpus import CorpusError, load_corpus
 from cuda_agent.records import Candidate, Solution, Task
 from cuda_agent.records.jsonl import encode
 
@@ -99,35 +97,22 @@ def _load_guards_corpus():
 # ----------------------------------------------------------------------------- sources
 
 
-def _expected_positive(root: Path) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for f in sorted((root / "expected").glob("level*.toml")):
-        for row in tomllib.loads(f.read_text()).get("solution", []):
-            out[str(row["path"]).rstrip("/")] = row
-    return out
-
-
 def positive_candidates(root: Path = POSITIVE) -> list[Candidate]:
-    """Every solution of the positive corpus paired with its (verbatim) KernelBench problem."""
-    if not (root / "solutions").is_dir() or not (root / "KernelBench").is_dir():
-        return []
-    tasks = [t for t in iter_problems(root) if isinstance(t, Task)]
-    found, _bad = scan_dir(root / "solutions", origin="solutions")
-    rep = import_solutions(tasks, found)
-    expected = _expected_positive(root)
+    """Every solution of the positive corpus with its (verbatim) KernelBench problem and expected
+    verdict under guard policy ``kernelbench`` (what ``kernelbench-eval run`` applies by default).
+    Raises ``CorpusError`` when the corpus does not validate (``load_corpus``)."""
     out = []
-    for c in rep.candidates:
-        rel = c.solution.origin  # "solutions/<path>"
-        exp = expected.get(rel, {})
+    for e in load_corpus(root).entries:
+        c, exp = e.candidate, e.expected
         kind = "wd" if c.solution.format == "workdir" else f"s{c.meta['sample']}"
         bench = {
             "id": f"pos/L{c.task.level}/{c.task.problem_id}/{kind}",
             "source": "positive",
-            "path": rel,
+            "path": exp.path,
             "honest": True,
-            "expected": exp.get("kernelbench", "ok"),
-            "expected_strict": exp.get("strict"),
-            "styles": list(exp.get("styles", [])),
+            "expected": exp.kernelbench,
+            "expected_strict": exp.strict,
+            "styles": list(exp.styles),
         }
         out.append(_cand(c.task, c.solution, bench, c.meta))
     return out
@@ -244,9 +229,9 @@ def choose_kb_subset(cands: list[Candidate]) -> list[str]:
     return [c.meta["bench"]["id"] for c in pick]
 
 
-def build_batch() -> list[Candidate]:
+def build_batch(positive: Path = POSITIVE) -> list[Candidate]:
     """The whole batch in its fixed order, ``kb_subset`` and ``input_mb`` filled in."""
-    cands = positive_candidates() + hack_candidates() + cuda_l1_candidates()
+    cands = positive_candidates(positive) + hack_candidates(positive) + cuda_l1_candidates()
     sizes: dict[str, float | None] = {}
     for c in cands:
         tid = c.task.id
@@ -327,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build", help="write the batch (JSONL Candidate records)")
     b.add_argument("-o", "--output", type=Path, required=True)
     b.add_argument("--subset-output", type=Path, help="also the KernelBench-harness subset")
+    b.add_argument("--positive", type=Path, default=POSITIVE, help="positive corpus root")
     b.add_argument("--min", type=int, default=MIN_BATCH, help="exit 3 when fewer (default 100)")
     e = sub.add_parser("extract-cuda-l1", help="(re)write data/cuda_l1_subset.jsonl")
     e.add_argument("--src", type=Path, required=True)
@@ -336,7 +322,11 @@ def main(argv: list[str] | None = None) -> int:
         n = extract_cuda_l1(a.src, a.kernelbench)
         print(f"{n} CUDA-L1 lines -> {CUDA_L1}", file=sys.stderr)
         return 0
-    cands = build_batch()
+    try:
+        cands = build_batch(a.positive)
+    except CorpusError as e:
+        print(f"throughput_batch: the positive corpus does not validate: {e}", file=sys.stderr)
+        return 2
     a.output.parent.mkdir(parents=True, exist_ok=True)
     a.output.write_bytes(b"".join(encode(c) for c in cands))
     subset = subset_in_order(cands)
