@@ -111,8 +111,11 @@ def _solution_key(rel: str) -> tuple[int, int, int] | None:
     return None
 
 
-def read_expected(root: Path) -> tuple[list[ExpectedSolution], list[str]]:
-    """Every ``[[solution]]`` of ``root/expected/*.toml`` and the problems found with them."""
+def read_expected(
+    root: Path, levels: set[int] | None = None
+) -> tuple[list[ExpectedSolution], list[str]]:
+    """Every ``[[solution]]`` of ``root/expected/*.toml`` (of ``levels``, default all) and the
+    problems found with them."""
     errors: list[str] = []
     out: list[ExpectedSolution] = []
     files = sorted((root / "expected").glob("*.toml"))
@@ -122,6 +125,8 @@ def read_expected(root: Path) -> tuple[list[ExpectedSolution], list[str]]:
         m = _EXPECTED_FILE.match(f.name)
         if not m:
             errors.append(f"{f.name}: expected files are named level<N>.toml")
+            continue
+        if levels is not None and int(m.group(1)) not in levels:
             continue
         try:
             doc = msgspec.toml.decode(f.read_bytes(), type=ExpectedFile)
@@ -146,18 +151,18 @@ def read_expected(root: Path) -> tuple[list[ExpectedSolution], list[str]]:
     return out, errors
 
 
-def load_corpus(root: Path | None = None) -> Corpus:
-    """Read and validate the corpus; raises :class:`CorpusError` listing every problem: unknown
+def load_corpus(root: Path | None = None, levels: set[int] | None = None) -> Corpus:
+    """Read and validate the corpus (its ``levels``, default all); raises :class:`CorpusError` listing every problem: unknown
     keys, unknown styles or statuses, paths or problem files that do not exist, a path whose name
     says another level/problem than its table, duplicates, and solutions under ``solutions/``
     without a table (or tables that ``kernelbench-eval solutions`` would not pair)."""
     root = Path(root or DEFAULT_ROOT)
-    expected, errors = read_expected(root)
+    expected, errors = read_expected(root, levels)
     problems: dict[tuple[int, int], Path] = {}
     for d in sorted((root / "KernelBench").glob("level*")):
         for f in d.iterdir():
             pm = PROBLEM_FILE.match(f.name)
-            if pm and d.name[5:].isdigit():
+            if pm and d.name[5:].isdigit() and (levels is None or int(d.name[5:]) in levels):
                 problems[(int(d.name[5:]), int(pm.group(1)))] = f
     by_path: dict[str, ExpectedSolution] = {}
     for s in expected:
@@ -173,17 +178,22 @@ def load_corpus(root: Path | None = None) -> Corpus:
         if key is None:
             errors.append(f"{s.path}: not a solution path that `solutions --dir` reads")
         elif key[:2] != (s.level, s.problem):
-            errors.append(f"{s.path}: names level {key[0]} problem {key[1]}, table says "
-                          f"level {s.level} problem {s.problem}")
+            errors.append(
+                f"{s.path}: names level {key[0]} problem {key[1]}, table says "
+                f"level {s.level} problem {s.problem}"
+            )
         if (s.level, s.problem) not in problems:
             errors.append(f"{s.path}: no problem file KernelBench/level{s.level}/{s.problem}_*.py")
     tasks = []
-    for t in iter_problems(root):
+    for t in iter_problems(root, levels):
         if isinstance(t, ProblemIssue):
             errors.append(f"{t.path}: {t.message}")
         else:
             tasks.append(t)
     found, bad = scan_dir(root / "solutions", origin="corpus")
+    if levels is not None:
+        found = [f for f in found if f.level in levels]
+        bad = [b for b in bad if (m := LEVEL_DIR.match(Path(b).parts[0])) and int(m[1]) in levels]
     errors += [f"solutions/{b}" for b in bad]
     rep = import_solutions(tasks, found)
     errors += [f"solution without a problem: {o}" for o in rep.orphans]

@@ -1,0 +1,256 @@
+"""The positive corpus on a GPU: every honest solution's verdict against its expected one, its
+speed-up vs eager, and (given two runs) whether the speed-up held within 3%.
+
+Usage (repo root, after ``. bin/gpu-env.sh`` on the GPU machine):
+
+  python packages/kernelbench-eval/benchmarks/positive_corpus.py run --policy strict \\
+      --out gpu-out/positive --runs 2
+  python packages/kernelbench-eval/benchmarks/positive_corpus.py check RESULTS.jsonl \\
+      [RESULTS2.jsonl] [--policy strict]
+
+``run`` is ``kernelbench-eval tasks --root corpus/positive | solutions --dir
+corpus/positive/solutions | run --backend cuda --guard-policy P`` (resumable: ``-o --resume``;
+run ``i`` writes ``OUT/results-<P>-<i>.jsonl``), then ``check`` on what it wrote. ``check``
+prints one row per solution and a summary, and writes ``--json`` when asked.
+
+A false rejection: a ``guard_violation`` where the corpus expects ``ok``, or one whose rejecting
+codes do not include the expected code. Exit codes: 0 all as expected; 1 at least one false
+rejection; 3 no false rejection, but another status differs from the expected one (incorrect,
+compile_error, ..., or a rejection that was expected and not made), a solution has no result,
+or a speed-up moved by more than 3% between the two runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from cuda_agent.kernelbench_eval.corpus import DEFAULT_ROOT, Corpus, Entry, load_corpus
+from cuda_agent.kernelbench_eval.tree import parse_ranges
+from cuda_agent.records import EvalResult
+from cuda_agent.records.jsonl import load_records
+
+CLI = [sys.executable, "-m", "cuda_agent.kernelbench_eval.cli"]
+WITHIN = 0.03
+
+
+@dataclass
+class Row:
+    path: str
+    level: int
+    problem: int
+    styles: list[str]
+    expected: str
+    got: list[str]  # one status per run ("missing" when a run has no result)
+    rejects: list[list[str]]  # rejecting guard codes per run
+    speedup: list[float | None]  # vs eager, per run
+    ratio: float | None  # run 2 / run 1
+    verdict: str  # "ok" | "FALSE-REJECTION" | "MISMATCH" | "MISSING" | "UNSTABLE"
+    message: str = ""
+
+
+def _status(r: EvalResult | None) -> tuple[str, list[str]]:
+    if r is None:
+        return "missing", []
+    codes = sorted({g.code for g in r.guards if g.severity == "reject"})
+    return str(r.status), codes
+
+
+def judge(entry: Entry, policy: str, runs: list[dict[str, EvalResult]]) -> Row:
+    """One solution's row: its results (one per run) against what the corpus expects."""
+    exp_status, exp_code = entry.expected.expected(policy)
+    sid = entry.candidate.solution.id
+    res = [run.get(sid) for run in runs]
+    got, rejects = zip(*(_status(r) for r in res), strict=True)
+    speed = [r.speedup_vs_eager if r is not None else None for r in res]
+    verdict = "ok"
+    for st, codes in zip(got, rejects, strict=True):
+        if st == "missing":
+            verdict = "MISSING" if verdict == "ok" else verdict
+        elif st == "guard_violation" and (exp_status == "ok" or exp_code not in codes):
+            verdict = "FALSE-REJECTION"
+        elif st != exp_status and verdict != "FALSE-REJECTION":
+            verdict = "MISMATCH"
+    ratio = None
+    if len(speed) == 2 and speed[0] and speed[1]:
+        ratio = speed[1] / speed[0]
+        if verdict == "ok" and exp_status == "ok" and abs(ratio - 1) > WITHIN:
+            verdict = "UNSTABLE"
+    msg = next((r.message for r in res if r is not None and str(r.status) != exp_status), "")
+    return Row(
+        path=entry.expected.path.removeprefix("solutions/"),
+        level=entry.expected.level,
+        problem=entry.expected.problem,
+        styles=list(entry.expected.styles),
+        expected=getattr(entry.expected, policy),
+        got=list(got),
+        rejects=[list(c) for c in rejects],
+        speedup=speed,
+        ratio=ratio,
+        verdict=verdict,
+        message=msg[:300],
+    )
+
+
+def _results(path: Path) -> dict[str, EvalResult]:
+    return {r.solution_id: r for r in load_records(path, EvalResult)}
+
+
+def _policy_of(runs: list[dict[str, EvalResult]], given: str | None) -> str:
+    seen = {str(r.meta.get("guard_policy")) for run in runs for r in run.values()}
+    if given is not None:
+        if seen - {given, "None"}:
+            raise SystemExit(f"results were run under {sorted(seen)}, not --policy {given}")
+        return given
+    if len(seen) != 1 or not seen <= {"strict", "kernelbench"}:
+        raise SystemExit(f"results carry guard policies {sorted(seen)}: give --policy")
+    return seen.pop()
+
+
+def _fmt(x: float | None, f: str = "{:.2f}x") -> str:
+    return "-" if x is None else f.format(x)
+
+
+def table(rows: list[Row], policy: str, nruns: int) -> str:
+    """The per-solution table (Markdown) and a summary line."""
+    head = ["solution", "styles", f"expected ({policy})", "got", "rejected by", "speed-up"]
+    if nruns == 2:
+        head += ["speed-up run 2", "ratio", "within 3%"]
+    head += ["verdict"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [
+            r.path,
+            ", ".join(r.styles),
+            r.expected,
+            " / ".join(r.got),
+            " / ".join(",".join(c) or "-" for c in r.rejects),
+            _fmt(r.speedup[0]),
+        ]
+        if nruns == 2:
+            within = "-" if r.ratio is None else ("yes" if abs(r.ratio - 1) <= WITHIN else "NO")
+            cells += [_fmt(r.speedup[1]), _fmt(r.ratio, "{:.3f}"), within]
+        cells += [r.verdict + (f" ({r.message})" if r.message and r.verdict != "ok" else "")]
+        out.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    n = {v: sum(r.verdict == v for r in rows) for v in ("ok", "FALSE-REJECTION", "MISMATCH")}
+    n["MISSING"] = sum(r.verdict == "MISSING" for r in rows)
+    n["UNSTABLE"] = sum(r.verdict == "UNSTABLE" for r in rows)
+    out.append("")
+    out.append(
+        f"{len(rows)} solutions under `{policy}`: {n['ok']} as expected, "
+        f"{n['FALSE-REJECTION']} false rejections, {n['MISMATCH']} other status mismatches, "
+        f"{n['MISSING']} without a result"
+        + (
+            f", {n['UNSTABLE']} speed-ups outside {WITHIN:.0%} between the runs"
+            if nruns == 2
+            else ""
+        )
+    )
+    return "\n".join(out) + "\n"
+
+
+def exit_code(rows: list[Row]) -> int:
+    if any(r.verdict == "FALSE-REJECTION" for r in rows):
+        return 1
+    return 0 if all(r.verdict == "ok" for r in rows) else 3
+
+
+def check(corpus: Corpus, results: list[Path], policy: str | None, json_out: Path | None) -> int:
+    if not 1 <= len(results) <= 2:
+        raise SystemExit("give one or two results files")
+    runs = [_results(p) for p in results]
+    pol = _policy_of(runs, policy)
+    rows = [judge(e, pol, runs) for e in corpus.entries]
+    sys.stdout.write(table(rows, pol, len(runs)))
+    if json_out is not None:
+        doc = {
+            "policy": pol,
+            "results": [str(p) for p in results],
+            "rows": [asdict(r) for r in rows],
+        }
+        json_out.write_text(json.dumps(doc, indent=1) + "\n")
+    return exit_code(rows)
+
+
+def _sh(args: list[str], stdin: Path | None, stdout: Path | None) -> None:
+    with (
+        open(stdin, "rb") if stdin else open("/dev/null", "rb") as i,
+        open(stdout, "wb") if stdout else open("/dev/null", "wb") as o,
+    ):
+        p = subprocess.run([*CLI, *args], stdin=i, stdout=o)
+    if p.returncode != 0:
+        raise SystemExit(f"kernelbench-eval {args[0]} failed (exit {p.returncode})")
+
+
+def run(a: argparse.Namespace) -> int:
+    out: Path = a.out
+    out.mkdir(parents=True, exist_ok=True)
+    tasks, cands = out / "tasks.jsonl", out / "candidates.jsonl"
+    sel = ["--levels", a.levels] + (["--problems", a.problems] if a.problems else [])
+    _sh(["tasks", "--root", str(a.root), "--strict", *sel], None, tasks)
+    _sh(["solutions", "--dir", str(a.root / "solutions")], tasks, cands)
+    results = []
+    for i in range(1, a.runs + 1):
+        res = out / f"results-{a.policy}-{i}.jsonl"
+        extra = ["--timing-config", a.timing_config] if a.timing_config else []
+        extra += ["--gpus", a.gpus] if a.gpus else []
+        _sh(
+            [
+                "run",
+                "--backend",
+                "cuda",
+                "--guard-policy",
+                a.policy,
+                "-o",
+                str(res),
+                "--resume",
+                *extra,
+            ],
+            cands,
+            None,
+        )
+        results.append(res)
+    corpus = _corpus(a)
+    return check(corpus, results, a.policy, a.json or out / f"check-{a.policy}.json")
+
+
+def _corpus(a: argparse.Namespace) -> Corpus:
+    corpus = load_corpus(a.root, parse_ranges(a.levels))
+    if a.problems:
+        keep = parse_ranges(a.problems)
+        corpus.entries = [e for e in corpus.entries if e.expected.problem in keep]
+    return corpus
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("run", "check"):
+        p = sub.add_parser(name)
+        p.add_argument("--root", type=Path, default=DEFAULT_ROOT, help="corpus root")
+        p.add_argument("--levels", default="1,2,3", help="levels, e.g. 1 or 1,2,3")
+        p.add_argument("--problems", default=None, help="problem ids, e.g. 12,19")
+        p.add_argument("--json", type=Path, default=None, help="write the rows as JSON here")
+    r = sub.choices["run"]
+    r.add_argument("--policy", choices=("strict", "kernelbench"), default="strict")
+    r.add_argument("--out", type=Path, required=True, help="folder for tasks, candidates, results")
+    r.add_argument("--runs", type=int, choices=(1, 2), default=2, help="2: the 3%% check")
+    r.add_argument("--timing-config", default=None, help="JSON passed to `run --timing-config`")
+    r.add_argument("--gpus", default=None, help="passed to `run --gpus`")
+    c = sub.choices["check"]
+    c.add_argument("results", type=Path, nargs="+", help="one or two results.jsonl files")
+    c.add_argument("--policy", choices=("strict", "kernelbench"), default=None)
+    a = ap.parse_args(argv)
+    if a.cmd == "run":
+        return run(a)
+    return check(_corpus(a), a.results, a.policy, a.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
