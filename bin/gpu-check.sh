@@ -14,6 +14,8 @@
 #   TOOL_ROUNDS=6 LANE0="tool-compile" bash bin/gpu-check.sh   # agent compile tool (direct, via exec_shell) vs load()
 #   TOOLS_ROUNDS=3 LANE0="agent-tools" bash bin/gpu-check.sh  # an agent's compile/verify/profile, s each
 #   B_ONLY_INLINE=1 B_INLINE_ROUNDS=3 LANE0="sandbox-b" bash bin/gpu-check.sh          # cold load_inline pairs
+#   LANE0="kb-throughput" bash bin/gpu-check.sh   # evaluator throughput on real KernelBench work vs KernelBench's harness
+#   LANE0="kb-throughput-serial" KBT_CONCURRENT_FROM=.gpu-data/kbt/results.jsonl bash bin/gpu-check.sh  # serial comparison
 #
 # Lanes run in parallel, each pinned to one GPU (LANE0 on GPU 0, LANE1 on GPU 1) unless its
 # sections need every GPU (sandbox-d2, ppo-multi); sections of a lane run in order, each under its
@@ -164,6 +166,58 @@ sec_ppo-multi() {  # ZeRO-3, 2 ranks (torchrun) vs 1 rank, same seed, multi-turn
   say "ppo-multi: 1 rank rc=$?"
   cp /tmp/ppo-single/metrics.jsonl "$1/metrics-1gpu.jsonl" 2>/dev/null
   nvidia-smi --query-gpu=index,memory.used --format=csv > "$1/nvidia-smi-after.txt" 2>&1
+}
+
+sec_kb-throughput() {  # issue 28: the fixed batch of real KernelBench work through `kernelbench-eval
+  # run` (concurrent, fresh caches), then the KernelBench-harness subset: ours (fresh caches) and
+  # KernelBench's own eval_kernel_against_ref (.gpu-data/kernelbench/src) one after another.
+  # KBT_PARTS (default "batch subset kb") picks the parts; KBT_BATCH_S (feed budget, default 40%
+  # of the limit) + KBT_DRAIN_S (15%), KBT_SUBSET_S (15%), the rest for KernelBench's harness;
+  # KBT_KB_PRECOMPILE (default nproc) workers for its CPU pre-compile (0: none, its default flow);
+  # KBT_BACKEND=cpu rehearses the plumbing on a machine without a GPU
+  local d=$1 lim=$2 B=packages/kernelbench-eval/benchmarks t0=$(date +%s) p
+  local feed=${KBT_BATCH_S:-$(( lim * 40 / 100 ))} drain=${KBT_DRAIN_S:-$(( lim * 15 / 100 ))}
+  local sub=${KBT_SUBSET_S:-$(( lim * 15 / 100 ))} parts=${KBT_PARTS:-batch subset kb}
+  python3 $B/throughput_batch.py build -o "$d/batch.jsonl" --subset-output "$d/subset.jsonl" --min 0 \
+    --positive "${KBT_POSITIVE:-packages/kernelbench-eval/corpus/positive}" || return 1
+  for p in $parts; do
+    case $p in
+      batch)
+        python3 $B/throughput.py ours --batch "$d/batch.jsonl" --out "$d/batch" --gpus all --backend "${KBT_BACKEND:-cuda}" \
+          --feed-s "$feed" --timeout-s $(( feed + drain ))
+        python3 $B/throughput.py summary "$d/batch" > "$d/batch/summary.json"
+        python3 $B/throughput.py summary "$d/batch" --md | tee "$d/batch/summary.md" ;;
+      subset)
+        python3 $B/throughput.py ours --batch "$d/subset.jsonl" --out "$d/subset-ours" --gpus all --backend "${KBT_BACKEND:-cuda}" --timeout-s "$sub"
+        python3 $B/throughput.py summary "$d/subset-ours" --md | tee "$d/subset-ours/summary.md" ;;
+      kb)
+        local rest=$(( lim - ($(date +%s) - t0) - 15 ))
+        python3 $B/throughput.py kb --subset "$d/subset.jsonl" --out "$d/kb" --src .gpu-data/kernelbench/src \
+          --budget-s "$rest" --precompile-workers "${KBT_KB_PRECOMPILE:-$(nproc)}"
+        [ -d "$d/subset-ours" ] && python3 $B/throughput.py ratio "$d/subset-ours" "$d/kb" > "$d/ratio.json" && \
+          python3 $B/throughput.py ratio "$d/subset-ours" "$d/kb" --md | tee "$d/ratio.md" ;;
+      *) say "kb-throughput: KBT_PARTS names $p"; return 2 ;;
+    esac
+  done
+}
+sec_kb-throughput-serial() {  # issue 28: the same batch one candidate at a time (one worker, window
+  # 1), then verdicts and honest speed-ups against the concurrent run: $WORK/kb-throughput/batch
+  # of this call, else KBT_CONCURRENT_FROM (a results.jsonl). KBT_SERIAL_FROM (a results.jsonl of
+  # an earlier call) is continued (resume), so the serial batch can span calls
+  local d=$1 lim=$2 B=packages/kernelbench-eval/benchmarks
+  python3 $B/throughput_batch.py build -o "$d/batch.jsonl" --min 0 \
+    --positive "${KBT_POSITIVE:-packages/kernelbench-eval/corpus/positive}" || return 1
+  mkdir -p "$d/serial"
+  [ -n "${KBT_SERIAL_FROM:-}" ] && [ ! -s "$d/serial/results.jsonl" ] && cp "$KBT_SERIAL_FROM" "$d/serial/results.jsonl"
+  python3 $B/throughput.py ours --batch "$d/batch.jsonl" --out "$d/serial" --serial --backend "${KBT_BACKEND:-cuda}" \
+    --feed-s $(( lim > 200 ? lim - 150 : lim / 4 )) --timeout-s $(( lim - 30 ))
+  python3 $B/throughput.py summary "$d/serial" --md | tee "$d/serial/summary.md"
+  local conc=$(dirname "$d")/kb-throughput/batch/results.jsonl
+  [ -s "$conc" ] || conc=${KBT_CONCURRENT_FROM:-}
+  if [ -n "$conc" ] && [ -s "$conc" ]; then
+    python3 $B/throughput.py compare "$conc" "$d/serial" > "$d/compare.json"
+    python3 $B/throughput.py compare "$conc" "$d/serial" --md | tee "$d/compare.md"
+  else say "kb-throughput-serial: no concurrent results to compare with"; fi
 }
 
 run_lane() {  # run_lane GPU SECTIONS...
