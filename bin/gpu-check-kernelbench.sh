@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Issue 27's GPU acceptance runs on the real KernelBench (docs/kernelbench-references.md,
+# docs/kernelbench-cudal1.md), one device call at a time, resumable across calls. Here first:
+# `bash bin/prepare-gpu-data.sh` (fills .gpu-data/ and the einops wheel in .whl/). Then:
+#   device: run(command="bash bin/gpu-check-kernelbench.sh", carry=[".whl", ".gpu-data"])
+#   STAGES="refs" LEVELS=1 LIMIT=12 bash bin/gpu-check-kernelbench.sh       # smoke: cost per problem
+#   STAGES="cudal1 report" bash bin/gpu-check-kernelbench.sh                # the CUDA-L1 verdicts
+#   FROM=.gpu-data/kb-run bash bin/gpu-check-kernelbench.sh   # on a fresh machine: continue from a
+#       previous call's results (unpacked: mkdir -p .gpu-data/kb-run && tar xzf results.tgz -C .gpu-data/kb-run)
+# Stages, in this order (STAGES, default "refs cudal1 report"):
+#   refs         benchmarks/kb_references.py: every problem of levels $LEVELS: reference run once,
+#                eager and torch.compile baselines (profiler) -> references.jsonl
+#   cudal1-refs  the same over the CUDA-L1 lines' own (v0) references -> cudal1_refs.jsonl; fills the
+#                profiler's baseline cache, so that cudal1's sandbox eval finds its baselines there
+#   cudal1       benchmarks/cudal1.py candidates, then `sandbox eval --backend cuda --gpus all
+#                --resume` -> cudal1_results.jsonl (baselines on only when cudal1-refs has rows)
+#   report       kernelbench-references.md and kernelbench-cudal1.md (the docs' files, header filled)
+# Env: LEVELS (1,2,3) PROBLEMS LIMIT JOBS (6) REFS_ARGS (extra kb_references.py run flags; default
+#   "--no-trace-check": the trace cross-check's one-time CUPTI set-up, ~4 s per worker process,
+#   would sit inside the exclusive timed section) CUDAL1_POLICY (strict) CUDAL1_TIMING (JSON,
+#   '{"time_cap_s": 3.0, "warmup_max_s": 1.0}') CUDAL1_BASELINES (auto|0|1) CUDAL1_ARGS,
+#   DEADLINE_S (570: the whole call), WORK (/tmp/gc-kb; kept between calls on a warm machine),
+#   KB_ROOT (.gpu-data/kernelbench), DEVICE (cuda). CPU rehearsal of the refs stage on the fixture
+#   tree: SKIP_ENV=1 DEVICE=cpu KB_ROOT=packages/kernelbench-eval/tests/fixtures STAGES="refs report" \
+#     REFS_ARGS="--compile-mode none --time-cap 0.2" uv run bash bin/gpu-check-kernelbench.sh
+# Returns $OUT/results.tgz (the work folder: rows, results, logs, the baseline cache) and, beside
+# it, env.txt log.txt kernelbench-references.md kernelbench-cudal1.md.
+set -u
+RESULTS=${OUT:-$PWD/gpu-out}
+W=${WORK:-/tmp/gc-kb}
+DEADLINE_S=${DEADLINE_S:-570}
+STAGES=${STAGES:-"refs cudal1 report"}
+LEVELS=${LEVELS:-1,2,3}
+JOBS=${JOBS:-6}
+REFS_ARGS=${REFS_ARGS:---no-trace-check}
+CUDAL1_POLICY=${CUDAL1_POLICY:-strict}
+CUDAL1_TIMING=${CUDAL1_TIMING:-'{"time_cap_s": 3.0, "warmup_max_s": 1.0}'}
+COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+T0=$(date +%s)
+mkdir -p "$W" "$RESULTS"
+LOG=$W/log.txt
+left() { echo $(( DEADLINE_S - ($(date +%s) - T0) )); }
+say() { echo "[gpu-check-kernelbench $(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG" >&2; }
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+[ -n "${SKIP_ENV:-}" ] || . bin/gpu-env.sh  # SKIP_ENV=1: a rehearsal under `uv run` on a CPU host
+python3 -c "import einops" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --no-compile \
+  --no-cache-dir --target /tmp/site .whl/einops-*.whl >/dev/null 2>&1 || say "no einops (L3 48/49 need it)"
+export CUDA_AGENT_CACHE=${CUDA_AGENT_CACHE:-$W/cache}
+if [ -n "${FROM:-}" ] && [ -d "$FROM" ]; then  # a previous call's results: continue them
+  for f in references.jsonl cudal1_refs.jsonl cudal1_results.jsonl calls.txt; do
+    [ -f "$FROM/$f" ] && [ ! -f "$W/$f" ] && cp "$FROM/$f" "$W/$f"
+  done
+  [ -d "$FROM/cache" ] && mkdir -p "$CUDA_AGENT_CACHE" && cp -rn "$FROM/cache/." "$CUDA_AGENT_CACHE/"
+fi
+{
+  date -u; echo "commit $COMMIT"
+  nvidia-smi --query-gpu=index,name,compute_cap,driver_version,memory.total --format=csv,noheader
+  python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])"
+  echo "cores $(nproc)"
+} > "$W/env.txt" 2>&1
+cat "$W/env.txt" | tee -a "$LOG"
+echo "$(date -u +%FT%TZ) commit $COMMIT STAGES=\"$STAGES\" LEVELS=$LEVELS JOBS=$JOBS REFS_ARGS=\"$REFS_ARGS\" start" >> "$W/calls.txt"
+KBR="python3 packages/kernelbench-eval/benchmarks/kb_references.py"
+C1="python3 packages/kernelbench-eval/benchmarks/cudal1.py"
+sel=(--levels "$LEVELS")
+[ -n "${PROBLEMS:-}" ] && sel+=(--problems "$PROBLEMS")
+[ -n "${LIMIT:-}" ] && sel+=(--limit "$LIMIT")
+
+refs_run() {  # refs_run OUT_JSONL SOURCE_ARGS...: kb_references.py under the call's deadline
+  local out=$1; shift
+  local lim=$(( $(left) - 40 ))
+  if [ "$lim" -lt 60 ]; then say "$(basename "$out"): skipped ($(left)s left)"; return 0; fi
+  say "$(basename "$out"): start (limit ${lim}s, $JOBS at once)"
+  # stop starting problems 90 s before the limit; those running then may still finish
+  timeout -k 10 "$lim" $KBR run "$@" -o "$out" --resume --jobs "$JOBS" \
+    --deadline-s $(( lim - 90 > 30 ? lim - 90 : 30 )) --device "${DEVICE:-cuda}" $REFS_ARGS 2>> "$LOG"
+  say "$(basename "$out"): rc=$? rows $(wc -l < "$out" 2>/dev/null || echo 0)"
+}
+
+if has refs; then
+  refs_run "$W/references.jsonl" --root "${KB_ROOT:-.gpu-data/kernelbench}" "${sel[@]}"
+fi
+
+if has cudal1-refs || has cudal1; then
+  $C1 candidates .gpu-data/cuda-l1/h100_even_tasks.jsonl -o "$W/cudal1_candidates.jsonl" \
+    --tasks-out "$W/cudal1_tasks.jsonl" 2>> "$LOG"
+fi
+if has cudal1-refs; then
+  refs_run "$W/cudal1_refs.jsonl" --tasks "$W/cudal1_tasks.jsonl" --levels 1,2,3
+fi
+
+if has cudal1; then
+  b=${CUDAL1_BASELINES:-auto}
+  if [ "$b" = auto ]; then b=0; [ -s "$W/cudal1_refs.jsonl" ] && b=1; fi
+  bflag=--no-baselines; [ "$b" = 1 ] && bflag=--baselines
+  lim=$(( $(left) - 40 ))
+  if [ "$lim" -lt 60 ]; then say "cudal1: skipped ($(left)s left)"; else
+    say "cudal1: sandbox eval (limit ${lim}s, $bflag, policy $CUDAL1_POLICY)"
+    timeout -k 10 "$lim" sandbox eval "$W/cudal1_candidates.jsonl" --backend cuda --gpus all \
+      -o "$W/cudal1_results.jsonl" --resume --guard-policy "$CUDAL1_POLICY" $bflag \
+      --timing-config "$CUDAL1_TIMING" --compile-jobs ${COMPILE_JOBS:-6} ${CUDAL1_ARGS:-} 2>> "$W/cudal1_eval.log"
+    say "cudal1: rc=$? results $(wc -l < "$W/cudal1_results.jsonl" 2>/dev/null || echo 0) of 112"
+    tail -n 3 "$W/cudal1_eval.log" >&2
+  fi
+fi
+
+if has report; then
+  cmd=${CMDLINE:-"STAGES=\"$STAGES\" LEVELS=$LEVELS JOBS=$JOBS bash bin/gpu-check-kernelbench.sh"}
+  [ -f "$W/references.jsonl" ] && $KBR table "$W/references.jsonl" --env "$W/env.txt" \
+    --command "$cmd" > "$W/kernelbench-references.md" 2>> "$LOG"
+  [ -f "$W/cudal1_candidates.jsonl" ] && $C1 summary --candidates "$W/cudal1_candidates.jsonl" \
+    --results "$W/cudal1_results.jsonl" --refs "$W/cudal1_refs.jsonl" --env "$W/env.txt" \
+    --command "$cmd" > "$W/kernelbench-cudal1.md" 2>> "$LOG"
+  for f in kernelbench-references.md kernelbench-cudal1.md; do [ -f "$W/$f" ] && head -n 14 "$W/$f" >&2; done
+fi
+
+say "done in $(( $(date +%s) - T0 ))s"
+echo "$(date -u +%FT%TZ) commit $COMMIT end after $(( $(date +%s) - T0 ))s" >> "$W/calls.txt"
+tar czf "$RESULTS/results.tgz" -C "$W" --exclude='cache/baselines/*.tmp*' \
+  $(cd "$W" && ls -d *.jsonl *.txt *.md *.log cache/baselines cache/ceilings 2>/dev/null)
+for f in env.txt log.txt kernelbench-references.md kernelbench-cudal1.md; do
+  [ -f "$W/$f" ] && cp "$W/$f" "$RESULTS/"
+done
+ls -la "$RESULTS"
