@@ -356,6 +356,75 @@ print(json.dumps({{"stubs": stubs, "r": r.model_dump(), "fresh": m.KernelExecRes
     )
 
 
+FAKE_KB_RUN = {
+    "kernelbench/__init__.py": "from . import utils\n",
+    "kernelbench/utils.py": (
+        "import os\nfrom dotenv import load_dotenv\n"
+        "def set_gpu_arch(archs):\n    os.environ['TORCH_CUDA_ARCH_LIST'] = ';'.join(archs)\n"
+    ),
+    "kernelbench/eval.py": (
+        "import os, time, torch\nfrom pydantic import BaseModel\n"
+        "class KernelExecResult(BaseModel):\n"
+        "    compiled: bool = False\n    correctness: bool = False\n    metadata: dict = {}\n"
+        "    runtime: float = -1.0\n    ref_runtime: float = -1.0\n"
+        "def get_torch_dtype_from_string(p):\n    return torch.float32\n"
+        "def build_compile_cache(src, verbose=False, build_dir=None):\n"
+        "    os.makedirs(build_dir, exist_ok=True)\n    open(os.path.join(build_dir, 'built'), 'w').close()\n"
+        "    return True, '', None\n"
+        "def eval_kernel_against_ref(original_model_src, custom_model_src, build_dir=None, num_correct_trials=1, **kw):\n"
+        "    if 'CRASH' in custom_model_src: os._exit(3)\n"
+        "    if 'HANG' in custom_model_src: time.sleep(60)\n"
+        "    pre = os.path.exists(os.path.join(build_dir, 'built'))\n"
+        "    md = {'trials': num_correct_trials, 'arch': os.environ.get('TORCH_CUDA_ARCH_LIST'), 'prebuilt': pre}\n"
+        "    if 'GOOD' in custom_model_src:\n"
+        "        return KernelExecResult(compiled=True, correctness=True, runtime=10.0, ref_runtime=20.0, metadata=md)\n"
+        "    return KernelExecResult(compiled=True, metadata={**md, 'correctness_issue': 'Output mismatch'})\n"
+    ),
+}
+
+
+@pytest.mark.slow
+def test_kb_runner_with_a_stand_in_harness(tmp_path):
+    """`kb` runs each candidate in its own process (pre-compile first), times it, maps crashes,
+    hangs and results to verdicts, and starts nothing past its budget."""
+    src = tmp_path / "kb"
+    for rel, text in FAKE_KB_RUN.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(text)
+    rows = []
+    for i, code in enumerate(["GOOD", "BAD", "CRASH", "HANG", "GOOD again"]):
+        rows.append(
+            {
+                "task": {"ref_code": "ref"},
+                "solution": {"files": {"model_new.py": code}},
+                "meta": {"bench": {"id": f"c{i}", "source": "x"}},
+            }
+        )
+    subset = tmp_path / "subset.jsonl"
+    subset.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    info = tp.run_kb(
+        subset,
+        out,
+        src=src,
+        budget_s=None,
+        timeout_s=8.0,
+        precompile_workers=2,
+        num_correct_trials=5,
+    )
+    got = tp.read_jsonl(out / "kb.jsonl")
+    assert [r["verdict"] for r in got] == ["ok", "incorrect", "crash", "timeout", "ok"]
+    assert got[0]["speedup_vs_eager"] == 2.0 and got[3]["wall_s"] >= 5.0
+    assert "Output mismatch" in got[1]["reason"] and "dotenv" in got[0]["stubs"]
+    doc = json.loads((out / "jobs" / "000" / "eval.json").read_text())
+    assert doc["result"]["metadata"] == {"trials": 5, "arch": "Hopper", "prebuilt": True}
+    assert info["done"] == 5 and info["precompile"]["wall_s"] > 0 and info["per_gpu_hour"] > 0
+    assert not (out / "build").exists()  # extensions are not returned with the results
+    # a budget already spent: nothing starts
+    info = tp.run_kb(subset, tmp_path / "out2", src=src, budget_s=0.0, timeout_s=5.0)
+    assert info["done"] == 0 and tp.read_jsonl(tmp_path / "out2" / "kb.jsonl") == []
+
+
 def _installed() -> set[str]:
     return {n for n in ("dotenv", "openai", "litellm") if importlib.util.find_spec(n) is not None}
 
