@@ -29,7 +29,8 @@ parameters drawn on the ``meta`` device) fits beside the running ones.
 Errors are classified: ``error_class`` ``problem`` (the reference raises; ``torch.compile`` cannot
 compile it; the reference step or worker times out; out of memory with the device to itself)
 or ``infra`` (the harness's own failure: out of memory or a kill while sharing the device, no
-space left, the harness failing to start, the timing failing on a reference whose forward ran).
+space left, the harness failing to start, a module the environment lacks, the timing failing on a reference
+whose forward ran).
 Out-of-memory and killed problems are run again at the end, alone. ``--resume`` skips every
 problem with a row except infra errors (and the statuses given to ``--redo``).
 """
@@ -114,7 +115,8 @@ _DISK = ("no space left on device", "disk quota exceeded", "errno 28")
 
 
 def infra_kind(message: str | None) -> str | None:
-    """``"out_of_memory"``, ``"disk"`` or ``"killed"`` when ``message`` says so, else None."""
+    """``"out_of_memory"``, ``"disk"``, ``"killed"`` or ``"environment"`` (a module missing) when
+    ``message`` says so, else None."""
     m = (message or "").lower()
     if any(p in m for p in _OOM):
         return "out_of_memory"
@@ -122,6 +124,8 @@ def infra_kind(message: str | None) -> str | None:
         return "disk"
     if "signal 9" in m or "sigkill" in m or "killed" in m:
         return "killed"
+    if "modulenotfounderror" in m:  # a module the environment lacks (KernelBench L3 48/49: einops)
+        return "environment"
     return None
 
 
@@ -277,7 +281,7 @@ def _run_child(req: dict[str, Any], timeout_s: float) -> tuple[list[dict[str, An
         with contextlib.suppress(json.JSONDecodeError):
             if ln.startswith("{"):
                 lines.append(json.loads(ln))
-    if err is None and p.returncode not in (0, 1):
+    if err is None and p.returncode != 0 and not any(d.get("stage") == "error" for d in lines):
         tail = [x for x in errb.decode(errors="replace").splitlines() if x.strip()]
         sig = f"signal {-p.returncode}" if p.returncode < 0 else str(p.returncode)
         err = f"reference step exited with {sig}" + (f": {tail[-1][:300]}" if tail else "")

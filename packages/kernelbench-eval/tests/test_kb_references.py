@@ -118,6 +118,7 @@ def test_infra_kinds():
     assert kbr.infra_kind("torch.OutOfMemoryError: CUDA out of memory. Tried") == "out_of_memory"
     assert kbr.infra_kind("OSError: [Errno 28] No space left on device") == "disk"
     assert kbr.infra_kind("worker exited with signal 9") == "killed"
+    assert kbr.infra_kind("ModuleNotFoundError: No module named 'einops'") == "environment"
     assert kbr.infra_kind("RuntimeError: shape mismatch") is None
 
 
