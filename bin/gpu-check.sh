@@ -174,21 +174,23 @@ sec_kb-throughput() {  # issue 28: the fixed batch of real KernelBench work thro
   # KBT_PARTS (default "batch subset kb") picks the parts; KBT_BATCH_S (feed budget, default 40%
   # of the limit) + KBT_DRAIN_S (15%), KBT_SUBSET_S (15%), the rest for KernelBench's harness;
   # KBT_KB_PRECOMPILE (default nproc) workers for its CPU pre-compile (0: none, its default flow);
+  # KBT_TIMING: profiler timing settings (JSON) for our runs (default: the protocol's);
   # KBT_BACKEND=cpu rehearses the plumbing on a machine without a GPU
   local d=$1 lim=$2 B=packages/kernelbench-eval/benchmarks t0=$(date +%s) p
   local feed=${KBT_BATCH_S:-$(( lim * 40 / 100 ))} drain=${KBT_DRAIN_S:-$(( lim * 15 / 100 ))}
   local sub=${KBT_SUBSET_S:-$(( lim * 15 / 100 ))} parts=${KBT_PARTS:-batch subset kb}
+  local targ=(); [ -n "${KBT_TIMING:-}" ] && targ=("--run-arg=--timing-config=$KBT_TIMING")
   python3 $B/throughput_batch.py build -o "$d/batch.jsonl" --subset-output "$d/subset.jsonl" --min 0 \
     --positive "${KBT_POSITIVE:-packages/kernelbench-eval/corpus/positive}" || return 1
   for p in $parts; do
     case $p in
       batch)
         python3 $B/throughput.py ours --batch "$d/batch.jsonl" --out "$d/batch" --gpus all --backend "${KBT_BACKEND:-cuda}" \
-          --feed-s "$feed" --timeout-s $(( feed + drain ))
+          --feed-s "$feed" --timeout-s $(( feed + drain )) "${targ[@]}"
         python3 $B/throughput.py summary "$d/batch" > "$d/batch/summary.json"
         python3 $B/throughput.py summary "$d/batch" --md | tee "$d/batch/summary.md" ;;
       subset)
-        python3 $B/throughput.py ours --batch "$d/subset.jsonl" --out "$d/subset-ours" --gpus all --backend "${KBT_BACKEND:-cuda}" --timeout-s "$sub"
+        python3 $B/throughput.py ours --batch "$d/subset.jsonl" --out "$d/subset-ours" --gpus all --backend "${KBT_BACKEND:-cuda}" --timeout-s "$sub" "${targ[@]}"
         python3 $B/throughput.py summary "$d/subset-ours" --md | tee "$d/subset-ours/summary.md" ;;
       kb)
         local rest=$(( lim - ($(date +%s) - t0) - 15 ))
@@ -205,12 +207,13 @@ sec_kb-throughput-serial() {  # issue 28: the same batch one candidate at a time
   # of this call, else KBT_CONCURRENT_FROM (a results.jsonl). KBT_SERIAL_FROM (a results.jsonl of
   # an earlier call) is continued (resume), so the serial batch can span calls
   local d=$1 lim=$2 B=packages/kernelbench-eval/benchmarks
+  local targ=(); [ -n "${KBT_TIMING:-}" ] && targ=("--run-arg=--timing-config=$KBT_TIMING")
   python3 $B/throughput_batch.py build -o "$d/batch.jsonl" --min 0 \
     --positive "${KBT_POSITIVE:-packages/kernelbench-eval/corpus/positive}" || return 1
   mkdir -p "$d/serial"
   [ -n "${KBT_SERIAL_FROM:-}" ] && [ ! -s "$d/serial/results.jsonl" ] && cp "$KBT_SERIAL_FROM" "$d/serial/results.jsonl"
   python3 $B/throughput.py ours --batch "$d/batch.jsonl" --out "$d/serial" --serial --backend "${KBT_BACKEND:-cuda}" \
-    --feed-s $(( lim > 200 ? lim - 150 : lim / 4 )) --timeout-s $(( lim - 30 ))
+    --feed-s $(( lim > 200 ? lim - 150 : lim / 4 )) --timeout-s $(( lim - 30 )) "${targ[@]}"
   python3 $B/throughput.py summary "$d/serial" --md | tee "$d/serial/summary.md"
   local conc=$(dirname "$d")/kb-throughput/batch/results.jsonl
   [ -s "$conc" ] || conc=${KBT_CONCURRENT_FROM:-}

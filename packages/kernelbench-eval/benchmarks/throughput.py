@@ -549,6 +549,8 @@ def run_kb(
     (its ``build_cache`` option), then candidates are evaluated one after another, each in a
     fresh interpreter (its spawn-started pool), killed after ``timeout_s``; no candidate starts
     once ``budget_s`` has passed. Writes kb.jsonl and run.json."""
+    out_dir = out_dir.resolve()  # the children run in their own job folders
+    src = src.resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     cands = [json.loads(x) for x in subset.read_text().splitlines() if x.strip()]
     me = Path(__file__).resolve()

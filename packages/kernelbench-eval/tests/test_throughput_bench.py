@@ -384,7 +384,7 @@ FAKE_KB_RUN = {
 
 
 @pytest.mark.slow
-def test_kb_runner_with_a_stand_in_harness(tmp_path):
+def test_kb_runner_with_a_stand_in_harness(tmp_path, monkeypatch):
     """`kb` runs each candidate in its own process (pre-compile first), times it, maps crashes,
     hangs and results to verdicts, and starts nothing past its budget."""
     src = tmp_path / "kb"
