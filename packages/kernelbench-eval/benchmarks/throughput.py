@@ -482,17 +482,22 @@ def kb_one(src: Path, inp: Path, outp: Path) -> int:
     else:
         import torch
 
-        res = kb.eval_kernel_against_ref(
-            original_model_src=job["ref"],
-            custom_model_src=job["code"],
-            measure_performance=True,
-            num_correct_trials=job.get("num_correct_trials", KB_CORRECT_TRIALS),
-            num_perf_trials=job.get("num_perf_trials", KB_PERF_TRIALS),
-            build_dir=job["build_dir"],
-            device=torch.device("cuda:0"),
-            backend="cuda",
-            precision=kb.get_torch_dtype_from_string("fp32"),
-        )
+        try:
+            res = kb.eval_kernel_against_ref(
+                original_model_src=job["ref"],
+                custom_model_src=job["code"],
+                measure_performance=True,
+                num_correct_trials=job.get("num_correct_trials", KB_CORRECT_TRIALS),
+                num_perf_trials=job.get("num_perf_trials", KB_PERF_TRIALS),
+                build_dir=job["build_dir"],
+                device=torch.device("cuda:0"),
+                backend="cuda",
+                precision=kb.get_torch_dtype_from_string("fp32"),
+            )
+        except Exception as e:  # eval_from_generations' "last level catch", as it records it
+            kind = "cuda_error" if "CUDA error" in str(e) else "other_error"
+            md = {kind: f"{e}", f"{kind}_name": kb.get_error_name(e)}
+            res = kb.KernelExecResult(compiled=False, correctness=False, metadata=md)
         if res is None:  # KernelBench's answer to a lock-file error: "please retry"
             doc.update({"result": None})
         else:
@@ -514,9 +519,11 @@ def kb_verdict(doc: dict[str, Any] | None, rc: int | None, timed_out: bool) -> t
         return "infra_error", "eval_kernel_against_ref returned None (lock file error: retry)"
     md = res.get("metadata") or {}
     if not res.get("compiled"):
-        return "compile_error", str(md.get("compilation_error_name", "")) + ": " + str(
-            md.get("compilation_error", "")
-        )[:300]
+        for k in ("cuda_error", "other_error"):  # an exception out of eval_kernel_against_ref
+            if k in md:
+                return "compile_error", f"{k} {md.get(k + '_name', '')}: {str(md[k])[:300]}"
+        err = f"{md.get('compilation_error_name', '')}: {md.get('compilation_error', '')}"
+        return "compile_error", err[:300]
     if res.get("correctness"):
         extra = " (excessive_speedup flagged)" if md.get("excessive_speedup") else ""
         return "ok", f"correct {md.get('correctness_trials', '')}{extra}"

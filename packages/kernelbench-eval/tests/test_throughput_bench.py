@@ -368,12 +368,14 @@ FAKE_KB_RUN = {
         "    compiled: bool = False\n    correctness: bool = False\n    metadata: dict = {}\n"
         "    runtime: float = -1.0\n    ref_runtime: float = -1.0\n"
         "def get_torch_dtype_from_string(p):\n    return torch.float32\n"
+        "def get_error_name(e):\n    return type(e).__name__\n"
         "def build_compile_cache(src, verbose=False, build_dir=None):\n"
         "    os.makedirs(build_dir, exist_ok=True)\n    open(os.path.join(build_dir, 'built'), 'w').close()\n"
         "    return True, '', None\n"
         "def eval_kernel_against_ref(original_model_src, custom_model_src, build_dir=None, num_correct_trials=1, **kw):\n"
         "    if 'CRASH' in custom_model_src: os._exit(3)\n"
         "    if 'HANG' in custom_model_src: time.sleep(60)\n"
+        "    if 'RAISE' in custom_model_src: raise RuntimeError('CUDA error: an illegal memory access')\n"
         "    pre = os.path.exists(os.path.join(build_dir, 'built'))\n"
         "    md = {'trials': num_correct_trials, 'arch': os.environ.get('TORCH_CUDA_ARCH_LIST'), 'prebuilt': pre}\n"
         "    if 'GOOD' in custom_model_src:\n"
@@ -392,7 +394,7 @@ def test_kb_runner_with_a_stand_in_harness(tmp_path, monkeypatch):
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
         (src / rel).write_text(text)
     rows = []
-    for i, code in enumerate(["GOOD", "BAD", "CRASH", "HANG", "GOOD again"]):
+    for i, code in enumerate(["GOOD", "BAD", "CRASH", "HANG", "GOOD again", "RAISE"]):
         rows.append(
             {
                 "task": {"ref_code": "ref"},
@@ -408,19 +410,28 @@ def test_kb_runner_with_a_stand_in_harness(tmp_path, monkeypatch):
         out,
         src=src,
         budget_s=None,
-        timeout_s=8.0,
+        timeout_s=20.0,
         precompile_workers=2,
         num_correct_trials=5,
     )
     got = tp.read_jsonl(out / "kb.jsonl")
-    assert [r["verdict"] for r in got] == ["ok", "incorrect", "crash", "timeout", "ok"]
-    assert got[0]["speedup_vs_eager"] == 2.0 and got[3]["wall_s"] >= 5.0
+    assert [r["verdict"] for r in got] == [
+        "ok",
+        "incorrect",
+        "crash",
+        "timeout",
+        "ok",
+        "compile_error",
+    ]
+    assert got[5]["reason"].startswith("cuda_error RuntimeError: CUDA error")
+    assert got[0]["speedup_vs_eager"] == 2.0 and got[3]["wall_s"] >= 20.0
     assert "Output mismatch" in got[1]["reason"] and "dotenv" in got[0]["stubs"]
     doc = json.loads((out / "jobs" / "000" / "eval.json").read_text())
     assert doc["result"]["metadata"] == {"trials": 5, "arch": "Hopper", "prebuilt": True}
-    assert info["done"] == 5 and info["precompile"]["wall_s"] > 0 and info["per_gpu_hour"] > 0
+    assert info["done"] == 6 and info["precompile"]["wall_s"] > 0 and info["per_gpu_hour"] > 0
     assert not (out / "build").exists()  # extensions are not returned with the results
-    # a budget already spent: nothing starts
+    # a budget already spent: nothing starts (a loaded 2-core host takes seconds to import torch:
+    # the limits above leave room for it)
     info = tp.run_kb(subset, tmp_path / "out2", src=src, budget_s=0.0, timeout_s=5.0)
     assert info["done"] == 0 and tp.read_jsonl(tmp_path / "out2" / "kb.jsonl") == []
 
