@@ -766,6 +766,14 @@ def _geomean(xs: list[float]) -> float | None:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
+_QUIET = {"cuda_graph"}  # marked beside the eager time instead
+
+
+def _flags(r: Row) -> list[str]:
+    """The protocol's findings on either side, once each (``time_cap``, ``warmup_unstable``...)."""
+    return sorted((set(r.eager_flags) | set(r.compile_flags)) - _QUIET)
+
+
 def render(rows: list[Row], env: list[str], command: str, title: str) -> str:
     """The Markdown document: run header, summary per level, errors, one line per problem."""
     date = env[0] if env else "(date: fill in)"
@@ -803,6 +811,15 @@ def render(rows: list[Row], env: list[str], command: str, title: str) -> str:
             f"{_f(_geomean(sp), '{:.2f}x')} | {_f(statistics.median(eg) if eg else None)} | "
             f"{sum(r.timed_s or 0 for r in rs):.0f} | {sum(r.compile_s or 0 for r in rs):.0f} |"
         )
+    fl = collections.Counter(f for r in by for f in _flags(r))
+    if fl:
+        out += [
+            "",
+            "Protocol flags (problems): "
+            + ", ".join(f"`{k}` {v}" for k, v in fl.most_common())
+            + " (`warmup_unstable`, `time_cap`: the timing did not settle; compare with "
+            "`--jobs 1` on those problems).",
+        ]
     errs = [r for r in by if r.error]
     if errs:
         out += [
@@ -823,8 +840,8 @@ def render(rows: list[Row], env: list[str], command: str, title: str) -> str:
             f"## Level {lv}",
             "",
             "| id | name | input MB | output MB | ref s | eager ms | compile ms | eager/compile "
-            "| compile s | s | status |",
-            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+            "| compile s | s | status | flags |",
+            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
         ]
         for r in (r for r in by if r.level == lv):
             sp = r.eager_ms / r.compile_ms if r.eager_ms and r.compile_ms else None
@@ -832,7 +849,8 @@ def render(rows: list[Row], env: list[str], command: str, title: str) -> str:
             out.append(
                 f"| {r.problem} | {r.name} | {_mb(r.input_bytes)} | {_mb(r.output_bytes)} | "
                 f"{_f(r.ref_s, '{:.3f}')} | {_f(r.eager_ms)}{graph} | {_f(r.compile_ms)} | "
-                f"{_f(sp, '{:.2f}')} | {_f(r.compile_s, '{:.1f}')} | {r.seconds:.1f} | {r.status} |"
+                f"{_f(sp, '{:.2f}')} | {_f(r.compile_s, '{:.1f}')} | {r.seconds:.1f} | {r.status} "
+                f"| {' '.join(_flags(r))} |"
             )
     return "\n".join(out) + "\n"
 
