@@ -172,6 +172,10 @@ def run_ours(
     if fresh_cache:
         env["CUDA_AGENT_SANDBOX_CACHE"] = str(out_dir / "cache-sandbox")
         env["CUDA_AGENT_CACHE"] = str(out_dir / "cache-profiler")
+        # torch.compile's own on-disk caches too: a later run of the same tasks (the subset after
+        # the batch) would otherwise get its compile baselines from the earlier one's
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(out_dir / "cache-inductor")
+        env["TRITON_CACHE_DIR"] = str(out_dir / "cache-triton")
     lines = [x for x in batch.read_bytes().splitlines(keepends=True) if x.strip()]
     t0 = time.time()
     with open(out_dir / "run.stderr.txt", "ab") as log:
@@ -195,7 +199,7 @@ def run_ours(
         "per_gpu_hour": per_gpu_hour(done, wall, n_gpus),
     }
     if fresh_cache and os.environ.get("KBT_KEEP_CACHE") != "1":
-        for d in ("cache-sandbox", "cache-profiler"):  # GBs: never returned with the results
+        for d in ("cache-sandbox", "cache-profiler", "cache-inductor", "cache-triton"):  # GBs
             shutil.rmtree(out_dir / d, ignore_errors=True)
     _write_json(out_dir / "run.json", info)
     return info
