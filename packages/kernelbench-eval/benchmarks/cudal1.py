@@ -125,12 +125,17 @@ def _words(text: str, n: int) -> str:
 
 
 def reason(r: EvalResult, words: int = 8) -> tuple[str, str, str]:
-    """(status, rejecting guard codes or "-", the message's first words with numbers as #)."""
+    """(status, rejecting guard codes or "-", first words with numbers as #: of the first code's
+    description for a guard violation, else of the message)."""
     codes = sorted({g.code for g in r.guards if g.severity == "reject"})
     msg = r.message or ""
     if codes and r.status == "guard_violation":
-        # "G-X: what; G-Y: what": the first code's words (the codes are in their own column)
-        msg = re.sub(r"^G-[A-Z0-9-]+:\s*", "", msg.split("; ")[0])
+        # the guards' messages name the evidence (an op, a line): the check's own description
+        # groups alike lines instead
+        from cuda_agent.guards import CHECKS
+
+        check = CHECKS.get(codes[0])
+        msg = check.description if check is not None else msg
     return str(r.status), "+".join(codes) or "-", _words(msg, words)
 
 
@@ -192,8 +197,8 @@ def render(
         "",
         "## Verdicts by reason",
         "",
-        "Reason: the status, the guard codes that rejected, and the message's first words "
-        "(numbers as #).",
+        "Reason: the status, the guard codes that rejected, and the first words (numbers as #) "
+        "of the first code's description (docs/guards.md), else of the message.",
         "",
         "| status | guard | reason | lines | examples |",
         "| --- | --- | --- | ---: | --- |",

@@ -99,7 +99,10 @@ def test_summary_tables():
     env = ["Tue Dec  1 14:00:00 UTC 2026", "commit 1234abc", "0, NVIDIA H200, 9.0"]
     md = cudal1.render(cands, [gv, ok], {}, env, "bash bin/gpu-check-kernelbench.sh")
     assert "2 have a verdict." in md and "commit `1234abc`" in md
-    assert "| guard_violation | G-NO-KERNEL | the solution has no C/C++/CUDA source and no" in md
+    from cuda_agent.guards import CHECKS
+
+    words = cudal1._words(CHECKS["G-NO-KERNEL"].description, 8)
+    assert f"| guard_violation | G-NO-KERNEL | {words} | 1 | L1/2 |" in md
     assert "| ok | - | correct and timed | 1 | L2/4 |" in md
     assert "| L2/4 | ok | - | correct and timed | 2.50 | 3.25 |" in md
     # without the sandbox's baseline: the references run's eager median over the candidate's
@@ -130,3 +133,39 @@ def test_reason_words_and_compile_detail():
     )
     assert cudal1.reason(ce) == ("compile_error", "-", "compilation failed")
     assert cudal1.detail(ce) == 'x.cu(3): error: identifier "y" is undefined'
+
+
+def test_sandbox_gives_every_line_a_verdict(tmp_path):
+    """candidates | sandbox eval (cpu backend, strict guards) | summary: a verdict per line."""
+    cands, res = tmp_path / "c.jsonl", tmp_path / "r.jsonl"
+    cudal1.candidates(CORPUS, cands, None)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cuda_agent.sandbox.cli",
+            "eval",
+            str(cands),
+            "--backend",
+            "cpu",
+            "-o",
+            str(res),
+            "--resume",
+            "--guard-policy",
+            "strict",
+            "--no-baselines",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    results = load_records(res)
+    assert len(results) == 2
+    by_task = {r.task_id: r for r in results}
+    a, _b = load_records(cands)
+    # a PyTorch rewrite: rejected by the static guards before anything runs
+    assert by_task[a.task.id].status == Status.GUARD_VIOLATION
+    assert "G-NO-KERNEL" in {g.code for g in by_task[a.task.id].guards}
+    md = cudal1.render(load_records(cands), results, {}, [], "")
+    assert "2 have a verdict." in md and "| L1/2 | guard_violation |" in md
