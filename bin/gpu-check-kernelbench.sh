@@ -5,6 +5,7 @@
 #   device: run(command="bash bin/gpu-check-kernelbench.sh", carry=[".whl", ".gpu-data"])
 #   STAGES="refs" LEVELS=1 LIMIT=12 bash bin/gpu-check-kernelbench.sh       # smoke: cost per problem
 #   STAGES="cudal1 report" bash bin/gpu-check-kernelbench.sh                # the CUDA-L1 verdicts
+#   (strict: every line rejected by static guards in seconds on the VM too; kernelbench: run)
 #   FROM=.gpu-data/kb-run bash bin/gpu-check-kernelbench.sh   # on a fresh machine: continue from a
 #       previous call's results (unpacked: mkdir -p .gpu-data/kb-run && tar xzf results.tgz -C .gpu-data/kb-run)
 # Stages, in this order (STAGES, default "refs cudal1 report"):
@@ -12,15 +13,16 @@
 #                eager and torch.compile baselines (profiler) -> references.jsonl
 #   cudal1-refs  the same over the CUDA-L1 lines' own (v0) references -> cudal1_refs.jsonl; fills the
 #                profiler's baseline cache, so that cudal1's sandbox eval finds its baselines there
-#   cudal1       benchmarks/cudal1.py candidates, then `sandbox eval --backend cuda --gpus all
-#                --resume` -> cudal1_results.jsonl (baselines on only when cudal1-refs has rows)
+#   cudal1       benchmarks/cudal1.py candidates, then per guard policy of $CUDAL1_POLICIES
+#                (strict kernelbench) `sandbox eval --backend cuda --gpus all --resume` ->
+#                cudal1_results_<policy>.jsonl (baselines on only when cudal1-refs has rows)
 #   report       kernelbench-references.md and kernelbench-cudal1.md (the docs' files, header filled)
 # Env: LEVELS (1,2,3) PROBLEMS LIMIT JOBS (6) REFS_ARGS (extra kb_references.py run flags; default
 #   "--no-trace-check": the trace cross-check's one-time CUPTI set-up, ~4 s per worker process,
-#   would sit inside the exclusive timed section) CUDAL1_POLICY (strict) CUDAL1_TIMING (JSON,
+#   would sit inside the exclusive timed section) CUDAL1_POLICIES ("strict kernelbench") CUDAL1_TIMING (JSON,
 #   '{"time_cap_s": 3.0, "warmup_max_s": 1.0}') CUDAL1_BASELINES (auto|0|1) CUDAL1_ARGS,
 #   DEADLINE_S (570: the whole call), WORK (/tmp/gc-kb; kept between calls on a warm machine),
-#   KB_ROOT (.gpu-data/kernelbench), DEVICE (cuda). CPU rehearsal of the refs stage on the fixture
+#   KB_ROOT (.gpu-data/kernelbench), DEVICE (cuda), CUDAL1_BACKEND (cuda). CPU rehearsal of the refs stage on the fixture
 #   tree: SKIP_ENV=1 DEVICE=cpu KB_ROOT=packages/kernelbench-eval/tests/fixtures STAGES="refs report" \
 #     REFS_ARGS="--compile-mode none --time-cap 0.2" uv run bash bin/gpu-check-kernelbench.sh
 # Returns $OUT/results.tgz (the work folder: rows, results, logs, the baseline cache) and, beside
@@ -33,7 +35,7 @@ STAGES=${STAGES:-"refs cudal1 report"}
 LEVELS=${LEVELS:-1,2,3}
 JOBS=${JOBS:-6}
 REFS_ARGS=${REFS_ARGS:---no-trace-check}
-CUDAL1_POLICY=${CUDAL1_POLICY:-strict}
+CUDAL1_POLICIES=${CUDAL1_POLICIES:-strict kernelbench}
 CUDAL1_TIMING=${CUDAL1_TIMING:-'{"time_cap_s": 3.0, "warmup_max_s": 1.0}'}
 COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 T0=$(date +%s)
@@ -47,8 +49,8 @@ python3 -c "import einops" 2>/dev/null || python3 -m pip install -q --no-index -
   --no-cache-dir --target /tmp/site .whl/einops-*.whl >/dev/null 2>&1 || say "no einops (L3 48/49 need it)"
 export CUDA_AGENT_CACHE=${CUDA_AGENT_CACHE:-$W/cache}
 if [ -n "${FROM:-}" ] && [ -d "$FROM" ]; then  # a previous call's results: continue them
-  for f in references.jsonl cudal1_refs.jsonl cudal1_results.jsonl calls.txt; do
-    [ -f "$FROM/$f" ] && [ ! -f "$W/$f" ] && cp "$FROM/$f" "$W/$f"
+  for p in "$FROM"/references.jsonl "$FROM"/cudal1_refs.jsonl "$FROM"/cudal1_results_*.jsonl "$FROM"/calls.txt; do
+    [ -f "$p" ] && [ ! -f "$W/$(basename "$p")" ] && cp "$p" "$W/"
   done
   [ -d "$FROM/cache" ] && mkdir -p "$CUDA_AGENT_CACHE" && cp -rn "$FROM/cache/." "$CUDA_AGENT_CACHE/"
 fi
@@ -93,23 +95,27 @@ if has cudal1; then
   b=${CUDAL1_BASELINES:-auto}
   if [ "$b" = auto ]; then b=0; [ -s "$W/cudal1_refs.jsonl" ] && b=1; fi
   bflag=--no-baselines; [ "$b" = 1 ] && bflag=--baselines
-  lim=$(( $(left) - 40 ))
-  if [ "$lim" -lt 60 ]; then say "cudal1: skipped ($(left)s left)"; else
-    say "cudal1: sandbox eval (limit ${lim}s, $bflag, policy $CUDAL1_POLICY)"
-    timeout -k 10 "$lim" sandbox eval "$W/cudal1_candidates.jsonl" --backend cuda --gpus all \
-      -o "$W/cudal1_results.jsonl" --resume --guard-policy "$CUDAL1_POLICY" $bflag \
-      --timing-config "$CUDAL1_TIMING" --compile-jobs ${COMPILE_JOBS:-6} ${CUDAL1_ARGS:-} 2>> "$W/cudal1_eval.log"
-    say "cudal1: rc=$? results $(wc -l < "$W/cudal1_results.jsonl" 2>/dev/null || echo 0) of 112"
-    tail -n 3 "$W/cudal1_eval.log" >&2
-  fi
+  be=${CUDAL1_BACKEND:-cuda}; gp=(); [ "$be" = cuda ] && gp=(--gpus all)
+  for pol in $CUDAL1_POLICIES; do  # strict first: its static guards reject in seconds
+    lim=$(( $(left) - 40 ))
+    if [ "$lim" -lt 60 ]; then say "cudal1 $pol: skipped ($(left)s left)"; continue; fi
+    say "cudal1 $pol: sandbox eval (limit ${lim}s, $bflag)"
+    timeout -k 10 "$lim" sandbox eval "$W/cudal1_candidates.jsonl" --backend "$be" "${gp[@]}" \
+      -o "$W/cudal1_results_$pol.jsonl" --resume --guard-policy "$pol" $bflag \
+      --timing-config "$CUDAL1_TIMING" --compile-jobs ${COMPILE_JOBS:-6} ${CUDAL1_ARGS:-} \
+      2>> "$W/cudal1_eval_$pol.log"
+    say "cudal1 $pol: rc=$? results $(wc -l < "$W/cudal1_results_$pol.jsonl" 2>/dev/null || echo 0) of 112"
+    tail -n 2 "$W/cudal1_eval_$pol.log" >&2
+  done
 fi
 
 if has report; then
   cmd=${CMDLINE:-"STAGES=\"$STAGES\" LEVELS=$LEVELS JOBS=$JOBS bash bin/gpu-check-kernelbench.sh"}
   [ -f "$W/references.jsonl" ] && $KBR table "$W/references.jsonl" --env "$W/env.txt" \
     --command "$cmd" > "$W/kernelbench-references.md" 2>> "$LOG"
+  rs=(); for pol in $CUDAL1_POLICIES; do rs+=(--results "$pol=$W/cudal1_results_$pol.jsonl"); done
   [ -f "$W/cudal1_candidates.jsonl" ] && $C1 summary --candidates "$W/cudal1_candidates.jsonl" \
-    --results "$W/cudal1_results.jsonl" --refs "$W/cudal1_refs.jsonl" --env "$W/env.txt" \
+    "${rs[@]}" --refs "$W/cudal1_refs.jsonl" --env "$W/env.txt" \
     --command "$cmd" > "$W/kernelbench-cudal1.md" 2>> "$LOG"
   for f in kernelbench-references.md kernelbench-cudal1.md; do [ -f "$W/$f" ] && head -n 14 "$W/$f" >&2; done
 fi

@@ -3,7 +3,7 @@ verdicts by reason.
 
     python cudal1.py candidates h100_even_tasks.jsonl -o candidates.jsonl --tasks-out tasks.jsonl
     sandbox eval --backend cuda --gpus all -o results.jsonl --resume < candidates.jsonl
-    python cudal1.py summary --candidates candidates.jsonl --results results.jsonl \\
+    python cudal1.py summary --candidates candidates.jsonl --results strict=results.jsonl \\
         [--refs cudal1_refs.jsonl] [--env env.txt] [--command CMD] > docs/kernelbench-cudal1.md
 
 Each line ``{"level", "problem_id", "ref_code", "code", ...}`` becomes a Candidate against its
@@ -161,41 +161,38 @@ def _env(lines: list[str]) -> tuple[str, str, str]:
     return date, gpu, commit
 
 
-def render(
-    cands: list[Candidate],
-    results: list[EvalResult],
-    refs: dict[str, Any],
-    env: list[str],
-    command: str,
-) -> str:
-    """The Markdown document: header, verdicts by status, by reason, and one row per line."""
+def _examples(cs: list[Candidate], n: int = 6) -> str:
+    ex = ", ".join(f"L{c.task.level}/{c.task.problem_id}" for c in cs[:n])
+    return ex + (f" (+{len(cs) - n})" if len(cs) > n else "")
+
+
+def render_policy(
+    label: str, cands: list[Candidate], results: list[EvalResult], refs: dict[str, Any]
+) -> list[str]:
+    """One results set's section: verdicts by status, by reason, by guard code, every line."""
     by_key = {r.key: r for r in results}  # the last result of a candidate counts
-    rows = []
-    for c in sorted(cands, key=lambda c: (c.task.level or 0, c.task.problem_id or 0)):
-        rows.append((c, by_key.get(c.key)))
-    date, gpu, commit = _env(env)
+    rows = [(c, by_key.get(c.key)) for c in cands]
     have = [(c, r) for c, r in rows if r is not None]
     out = [
-        "# The CUDA-L1 corpus through our evaluator",
+        f"## Guard policy `{label}`" if label else "## Verdicts",
         "",
-        f"{date}; GPU: {gpu}; commit `{commit}`; command: `{command or '(fill in)'}`.",
-        "",
-        f"{len(rows)} lines of CUDA-L1's released H100 kernels (`../shared/corpora/cuda-l1`, "
-        "MIT), each evaluated against its own KernelBench-v0 reference; "
-        f"{len(have)} have a verdict"
-        + ("." if len(have) == len(rows) else f", **{len(rows) - len(have)} not yet**."),
+        f"{len(have)} of {len(rows)} lines have a verdict"
+        + ("." if len(have) == len(rows) else f": **{len(rows) - len(have)} not yet**."),
         "",
         "| status | lines |",
         "| --- | ---: |",
     ]
     st = collections.Counter(str(r.status) for _, r in have)
     out += [f"| {k} | {v} |" for k, v in st.most_common()]
-    groups: dict[tuple[str, str, str], list[tuple[Candidate, EvalResult]]] = {}
+    groups: dict[tuple[str, str, str], list[Candidate]] = {}
+    codes: dict[str, list[Candidate]] = {}
     for c, r in have:
-        groups.setdefault(reason(r), []).append((c, r))
+        groups.setdefault(reason(r), []).append(c)
+        for g in sorted({g.code for g in r.guards if g.severity == "reject"}):
+            codes.setdefault(g, []).append(c)
     out += [
         "",
-        "## Verdicts by reason",
+        f"### Verdicts by reason{f' ({label})' if label else ''}",
         "",
         "Reason: the status, the guard codes that rejected, and the first words (numbers as #) "
         "of the first code's description (docs/guards.md), else of the message.",
@@ -204,12 +201,24 @@ def render(
         "| --- | --- | --- | ---: | --- |",
     ]
     for (s, g, w), cs in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        ex = ", ".join(f"L{c.task.level}/{c.task.problem_id}" for c, _ in cs[:6])
-        ex += f" (+{len(cs) - 6})" if len(cs) > 6 else ""
-        out.append(f"| {s} | {g} | {_cell(w, 90)} | {len(cs)} | {ex} |")
+        out.append(f"| {s} | {g} | {_cell(w, 90)} | {len(cs)} | {_examples(cs)} |")
+    if codes:
+        from cuda_agent.guards import CHECKS
+
+        out += [
+            "",
+            "Lines rejected by each guard code (a line may have several):",
+            "",
+            "| guard | lines | what it catches | examples |",
+            "| --- | ---: | --- | --- |",
+        ]
+        for code, cs in sorted(codes.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            check = CHECKS.get(code)
+            what = check.description if check is not None else ""
+            out.append(f"| {code} | {len(cs)} | {_cell(what, 100)} | {_examples(cs)} |")
     out += [
         "",
-        "## Every line",
+        f"### Every line{f' ({label})' if label else ''}",
         "",
         "`x eager`: our speed-up over eager PyTorch (the sandbox's paired baseline, else the "
         "references run's eager median over the candidate's median, marked ~); `claimed`: "
@@ -234,7 +243,33 @@ def render(
             f"| L{c.task.level}/{c.task.problem_id} | {s} | {g} | {_cell(detail(r), 110)} "
             f"| {sp} | {cl} |"
         )
-    return "\n".join(out) + "\n"
+    return out
+
+
+def render(
+    cands: list[Candidate],
+    results: list[EvalResult] | list[tuple[str, list[EvalResult]]],
+    refs: dict[str, Any],
+    env: list[str],
+    command: str,
+) -> str:
+    """The Markdown document: the run's header, then per results set (a guard policy) the
+    verdicts by status, by reason, by guard code, and one row per line."""
+    sets = results if results and isinstance(results[0], tuple) else [("", results)]
+    cands = sorted(cands, key=lambda c: (c.task.level or 0, c.task.problem_id or 0))
+    date, gpu, commit = _env(env)
+    out = [
+        "# The CUDA-L1 corpus through our evaluator",
+        "",
+        f"{date}; GPU: {gpu}; commit `{commit}`; command: `{command or '(fill in)'}`.",
+        "",
+        f"{len(cands)} lines of CUDA-L1's released H100 kernels (`../shared/corpora/cuda-l1`, "
+        "MIT), each evaluated against its own KernelBench-v0 reference.",
+        "",
+    ]
+    for label, rs in sets:
+        out += render_policy(label, cands, rs, refs) + [""]
+    return "\n".join(out).rstrip("\n") + "\n"
 
 
 def _records(path: Path, kind: type) -> list[Any]:
@@ -248,7 +283,13 @@ def _records(path: Path, kind: type) -> list[Any]:
 @app.command()
 def summary(
     candidates_file: Annotated[Path, typer.Option("--candidates", help="From `candidates`.")],
-    results_file: Annotated[Path, typer.Option("--results", help="sandbox eval's results.")],
+    results_files: Annotated[
+        list[str],
+        typer.Option(
+            "--results",
+            help="sandbox eval's results, as FILE or POLICY=FILE (repeat for several policies).",
+        ),
+    ],
     refs: Annotated[
         Path | None, typer.Option(help="kb_references.py rows of the same tasks (eager ms).")
     ] = None,
@@ -257,7 +298,11 @@ def summary(
 ) -> None:
     """Print the Markdown verdict tables (a result missing for a line is said so)."""
     cands = _records(candidates_file, Candidate)
-    results = _records(results_file, EvalResult) if results_file.exists() else []
+    sets = []
+    for spec in results_files:
+        label, _, name = spec.rpartition("=") if "=" in spec.split("/")[0] else ("", "", spec)
+        path = Path(name)
+        sets.append((label, _records(path, EvalResult) if path.exists() else []))
     ref_rows: dict[str, Any] = {}
     if refs is not None and refs.exists():
         for _, raw in iter_lines(refs):
@@ -267,7 +312,7 @@ def summary(
                 continue
             ref_rows[d.get("task_id", "")] = d
     lines = env.read_text().splitlines() if env is not None and env.exists() else []
-    sys.stdout.write(render(cands, results, ref_rows, lines, command))
+    sys.stdout.write(render(cands, sets, ref_rows, lines, command))
 
 
 if __name__ == "__main__":

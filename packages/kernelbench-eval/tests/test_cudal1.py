@@ -94,17 +94,22 @@ def test_summary_tables():
         timing=TimingDetail(protocol_version="x", candidate=TimingStats(median_ms=0.4, n=10)),
     )
     md = cudal1.render(cands, [gv], {}, [], "")
-    assert "1 have a verdict, **1 not yet**" in md
+    assert "1 of 2 lines have a verdict: **1 not yet**." in md
     assert "| L2/4 | (no verdict) | | | | 3.25 |" in md
     env = ["Tue Dec  1 14:00:00 UTC 2026", "commit 1234abc", "0, NVIDIA H200, 9.0"]
     md = cudal1.render(cands, [gv, ok], {}, env, "bash bin/gpu-check-kernelbench.sh")
-    assert "2 have a verdict." in md and "commit `1234abc`" in md
+    assert "2 of 2 lines have a verdict." in md and "commit `1234abc`" in md
     from cuda_agent.guards import CHECKS
 
     words = cudal1._words(CHECKS["G-NO-KERNEL"].description, 8)
     assert f"| guard_violation | G-NO-KERNEL | {words} | 1 | L1/2 |" in md
     assert "| ok | - | correct and timed | 1 | L2/4 |" in md
     assert "| L2/4 | ok | - | correct and timed | 2.50 | 3.25 |" in md
+    assert "| G-NO-KERNEL | 1 | " in md  # lines per guard code
+    # two policies, two sections
+    md = cudal1.render(cands, [("strict", [gv]), ("kernelbench", [ok])], {}, env, "")
+    assert "## Guard policy `strict`" in md and "## Guard policy `kernelbench`" in md
+    assert "### Every line (kernelbench)" in md
     # without the sandbox's baseline: the references run's eager median over the candidate's
     ok2 = _result(
         b,
@@ -168,4 +173,4 @@ def test_sandbox_gives_every_line_a_verdict(tmp_path):
     assert by_task[a.task.id].status == Status.GUARD_VIOLATION
     assert "G-NO-KERNEL" in {g.code for g in by_task[a.task.id].guards}
     md = cudal1.render(load_records(cands), results, {}, [], "")
-    assert "2 have a verdict." in md and "| L1/2 | guard_violation |" in md
+    assert "2 of 2 lines have a verdict." in md and "| L1/2 | guard_violation |" in md
