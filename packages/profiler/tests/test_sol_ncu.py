@@ -86,3 +86,62 @@ def test_parse_real_ncu_csv_elementwise():
 def test_parse_rejects_non_csv():
     with pytest.raises(ValueError):
         parse_ncu_csv("==ERROR== something went wrong\n")
+
+
+def _kb_ref(forward: str, inputs: str, sizes: str) -> str:
+    return f"""import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+    def forward(self, A, B):
+        return {forward}
+
+{sizes}
+
+def get_inputs():
+    return {inputs}
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_the_output_floor_counts_only_the_output_written():
+    from cuda_agent.profiler.sol import WRITE_ABSORB_BYTES, output_floor_ms
+
+    # KernelBench v0's level 1 problem 12: diag(A) @ B, at a size whose output is past any L2
+    src = _kb_ref("torch.diag(A) @ B", "[torch.rand(N), torch.rand(N, M)]", "N = 16384\nM = 16384")
+    w = count_work(src)
+    floor = output_floor_ms(w, CEIL)
+    out = 16384 * 16384 * 4
+    assert w.output_bytes == out
+    assert floor == pytest.approx((out - WRITE_ABSORB_BYTES) / 4000e9 * 1e3)
+    # the honest row scaling reads B once and writes the output: it must stay above the floor
+    honest_ms = 2 * out / 4000e9 * 1e3
+    assert floor < 0.8 * honest_ms
+    # the roofline from the reference's matmul FLOPs is ~40x the honest time: never a floor
+    assert estimate(w, CEIL).bound_ms > 20 * honest_ms
+
+
+def test_a_matmul_floor_ignores_its_flops_and_its_inputs():
+    from cuda_agent.profiler.sol import output_floor_ms
+
+    src = _kb_ref(
+        "torch.matmul(A, B)", "[torch.rand(M, K), torch.rand(K, N)]", "M = 256\nN = 256\nK = 131072"
+    )
+    w = count_work(src)
+    assert w.flops > 1e10 and w.input_bytes > 200 << 20
+    assert output_floor_ms(w, CEIL) == 0.0  # a 256 KB output: a cache absorbs it
+
+
+def test_a_broadcast_output_lowers_the_floor():
+    from cuda_agent.profiler.sol import output_floor_ms
+
+    src = _kb_ref("A + B", "[torch.rand(N, M), torch.rand(N, M)]", "N = 16384\nM = 16384")
+    w = count_work(src)
+    dense = output_floor_ms(w, CEIL)
+    assert dense > 0.1
+    assert output_floor_ms(w, CEIL, output_storage_bytes=4 * 16384) == 0.0
+    assert output_floor_ms(w, CEIL, output_storage_bytes=10 * w.output_bytes) == dense

@@ -1,5 +1,6 @@
-"""Speed-of-light: a lower bound on a program's time from its FLOPs, its minimum bytes and the
-device's measured ceilings.
+"""Speed-of-light: a roofline estimate of a program's time from its FLOPs, its bytes and the
+device's measured ceilings, and the output floor (:func:`output_floor_ms`), the only bound
+that holds for every correct implementation and so the only one a guard may reject by.
 
 - FLOPs: ``torch.utils.flop_counter.FlopCounterMode`` over one forward of the reference (matmul,
   conv, attention; elementwise work is not counted, so elementwise programs are memory bound).
@@ -255,6 +256,33 @@ def estimate(work: Work, ceilings: Ceilings) -> SolEstimate:
         rate_tflops=rate,
         copy_gbps=bw,
     )
+
+
+#: Written bytes a cache can absorb within a timed call (the protocol flushes L2 before each
+#: call, but writes can land in it): more than any current GPU's L2 (H100/H200: 50 MB).
+WRITE_ABSORB_BYTES = 128 << 20
+
+
+def output_floor_ms(
+    work: Work, ceilings: Ceilings, *, output_storage_bytes: int | None = None
+) -> float:
+    """A time no correct implementation can beat, the only bound that may reject: every output
+    byte must be written, and bytes beyond what the cache can absorb (``WRITE_ABSORB_BYTES``)
+    must reach device memory at no more than its best measured bandwidth:
+
+        floor_ms = max(0, output_bytes - WRITE_ABSORB_BYTES) / max(copy_gbps, read_gbps)
+
+    ``output_bytes`` is the reference output's dense size, or the candidate output's real
+    storage when that is smaller (a broadcast view writes fewer bytes). Nothing else enters:
+    a correct kernel need not do the reference's FLOPs nor read every input byte (diag(A) @ B
+    needs only N of A's N*N values), so FLOPs and input bytes belong to :func:`estimate`, the
+    roofline, which is an estimate, never a floor."""
+    out = work.output_bytes
+    if output_storage_bytes is not None:
+        out = min(out, output_storage_bytes)
+    bw = max(ceilings.copy_gbps, ceilings.read_gbps)
+    written = max(0, out - WRITE_ABSORB_BYTES)
+    return written / (bw * 1e9) * 1e3 if bw > 0 else 0.0
 
 
 F_BELOW_SOL = "below_speed_of_light"

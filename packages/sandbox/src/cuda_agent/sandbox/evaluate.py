@@ -1373,7 +1373,12 @@ def _run_on_device(
                 timing.speedup_vs_compile_ci = _ratio_ci(timing.compile, cand_stats)
     from cuda_agent.guards.api import timing_checks
 
-    bound = _speed_of_light_ms(c, p.backend, gpu, turn) if cfg.guard_policy != "off" else None
+    stored = v.get("storage_bytes")
+    bound = (
+        _speed_of_light_ms(c, p.backend, gpu, turn, stored if isinstance(stored, int) else None)
+        if cfg.guard_policy != "off"
+        else None
+    )
     if bound is not None:
         p.meta["speed_of_light_ms"] = round(bound, 6)
     tg = list(timing_checks(timing, bound)) if cfg.guard_policy != "off" else []
@@ -1401,7 +1406,7 @@ def _run_on_device(
 
 _SOL_LOCK = threading.Lock()
 _CEIL_LOCK = threading.Lock()
-_SOL_CACHE: dict[str, float | None] = {}
+_SOL_CACHE: dict[str, Any] = {}
 
 
 def _read_ceilings() -> Any:
@@ -1414,18 +1419,30 @@ def _read_ceilings() -> Any:
         return None
 
 
-def _speed_of_light_ms(c: Candidate, backend: str, gpu: str | None, turn: _Turn) -> float | None:
-    """The profiler's lower bound on the task's time on this device (None when unknown). The
-    device ceilings are measured once, in a subprocess on the worker's GPU holding the device's
-    gate exclusive, then cached on disk."""
+def _speed_of_light_ms(
+    c: Candidate, backend: str, gpu: str | None, turn: _Turn, output_storage_bytes: int | None
+) -> float | None:
+    """The profiler's output floor of the task on this device (``sol.output_floor_ms``: what any
+    correct implementation must write; None when unknown), for the candidate's output storage.
+    The device ceilings are measured once, in a subprocess on the worker's GPU holding the
+    device's gate exclusive, then cached on disk."""
     if backend != "cuda":
         return None
     with _SOL_LOCK:
-        if c.task.id in _SOL_CACHE:
-            return _SOL_CACHE[c.task.id]
-    bound = None
+        got = _SOL_CACHE.get(c.task.id)
+    if got is None:
+        got = _SOL_CACHE[c.task.id] = _work_and_ceilings(c, gpu, turn)
+    work, ceilings = got
+    if work is None or ceilings is None:
+        return None
+    from cuda_agent.profiler.sol import output_floor_ms
+
+    return output_floor_ms(work, ceilings, output_storage_bytes=output_storage_bytes)
+
+
+def _work_and_ceilings(c: Candidate, gpu: str | None, turn: _Turn) -> tuple[Any, Any]:
     try:
-        from cuda_agent.profiler.sol import count_work, estimate
+        from cuda_agent.profiler.sol import count_work
 
         ceilings = _read_ceilings()
         if ceilings is None:
@@ -1444,13 +1461,9 @@ def _speed_of_light_ms(c: Candidate, backend: str, gpu: str | None, turn: _Turn)
                     )
                     # read the cache the subprocess filled (no CUDA context in the parent)
                     ceilings = _read_ceilings()
-        if ceilings is not None:
-            bound = estimate(count_work(c.task.ref_code), ceilings).bound_ms
+        return count_work(c.task.ref_code), ceilings
     except Exception:  # noqa: BLE001 - no bound rather than no result
-        bound = None
-    with _SOL_LOCK:
-        _SOL_CACHE[c.task.id] = bound
-    return bound
+        return None, None
 
 
 def _protocol() -> str:

@@ -301,6 +301,25 @@ def _sketch(obj: Any) -> Any:
     return obj
 
 
+def _storage_bytes(obj: Any) -> int:
+    """Bytes of the distinct storages behind the tensors of ``obj`` (a broadcast view: its
+    small storage)."""
+    import torch
+
+    seen: dict[int, int] = {}
+    stack = [obj]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, torch.Tensor):
+            st = x.untyped_storage()
+            seen[st.data_ptr()] = st.nbytes()
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+    return sum(seen.values())
+
+
 def _to_device(obj: Any, device: str) -> Any:
     import torch
 
@@ -405,6 +424,7 @@ def _judge_file(
         "max_abs_err": v.max_abs_err,
         "max_rel_err": v.max_rel_err,
         "rel_norm_err": v.rel_norm_err,
+        "storage_bytes": _storage_bytes(cand),
         "sketch": True,
         "cand_sketch": _sketch(cand),
     }
