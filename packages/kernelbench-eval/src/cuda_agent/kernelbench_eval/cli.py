@@ -161,6 +161,14 @@ def run(
             "protocol's)."
         ),
     ] = None,
+    compile_baseline: Annotated[
+        bool,
+        typer.Option(
+            "--compile-baseline/--no-compile-baseline",
+            help="Also time torch.compile per task (cuda; 10-30 s of CPU and GPU per new task, "
+            "cached): --no-compile-baseline reports speed-ups vs eager only.",
+        ),
+    ] = True,
 ) -> None:
     """Evaluate Candidate records (from `solutions`) in the sandbox; write EvalResult records
     carrying level, problem id, name and the guard policy (what `report` needs), in input order.
@@ -204,6 +212,7 @@ def run(
         baselines=timing,
         timing_config=tcfg,
         workers_per_gpu=workers_per_gpu,
+        compile_baseline=None if compile_baseline else False,
     )
 
     def finish(c: Candidate, r: EvalResult) -> EvalResult:
