@@ -3,8 +3,9 @@
 # docs/kernelbench-cudal1.md), one device call at a time, resumable across calls. Here first:
 # `bash bin/prepare-gpu-data.sh` (fills .gpu-data/ and the einops wheel in .whl/). Then:
 #   device: run(command="bash bin/gpu-check-kernelbench.sh", carry=[".whl", ".gpu-data"])
-#   STAGES="refs" LEVELS=1 LIMIT=12 bash bin/gpu-check-kernelbench.sh       # smoke: cost per problem
+#   STAGES="refs report" PROBLEMS=1-4 bash bin/gpu-check-kernelbench.sh    # smoke: 12 problems
 #   STAGES="cudal1 report" bash bin/gpu-check-kernelbench.sh                # the CUDA-L1 verdicts
+#   CUDAL1_POLICIES=off STAGES="cudal1 report" bash ...   # runtime verdicts (long: every line built, run)
 #   (strict, kernelbench: every line is rejected by static guards, seconds, no GPU work; off: the
 #   guards off, every line built, verified and timed: the device time is there)
 #   FROM=.gpu-data/kb-run bash bin/gpu-check-kernelbench.sh   # on a fresh machine: continue from a
@@ -15,12 +16,12 @@
 #   cudal1-refs  the same over the CUDA-L1 lines' own (v0) references -> cudal1_refs.jsonl; fills the
 #                profiler's baseline cache, so that cudal1's sandbox eval finds its baselines there
 #   cudal1       benchmarks/cudal1.py candidates, then per guard policy of $CUDAL1_POLICIES
-#                (strict kernelbench off) `sandbox eval --backend cuda --gpus all --resume` ->
+#                (strict kernelbench; add off for the runtime verdicts) `sandbox eval --backend cuda --gpus all --resume` ->
 #                cudal1_results_<policy>.jsonl (baselines on only when cudal1-refs has rows)
 #   report       kernelbench-references.md and kernelbench-cudal1.md (the docs' files, header filled)
-# Env: LEVELS (1,2,3) PROBLEMS LIMIT JOBS (6) REFS_ARGS (extra kb_references.py run flags; default
+# Env: LEVELS (1,2,3) PROBLEMS LIMIT JOBS (10) REFS_ARGS (extra kb_references.py run flags; default
 #   "--no-trace-check": the trace cross-check's one-time CUPTI set-up, ~4 s per worker process,
-#   would sit inside the exclusive timed section) CUDAL1_POLICIES ("strict kernelbench off") CUDAL1_TIMING (JSON,
+#   would sit inside the exclusive timed section) CUDAL1_POLICIES ("strict kernelbench") CUDAL1_TIMING (JSON,
 #   '{"time_cap_s": 3.0, "warmup_max_s": 1.0}') CUDAL1_BASELINES (auto|0|1) CUDAL1_ARGS,
 #   DEADLINE_S (570: the whole call), WORK (/tmp/gc-kb; kept between calls on a warm machine),
 #   KB_ROOT (.gpu-data/kernelbench), DEVICE (cuda), CUDAL1_BACKEND (cuda). CPU rehearsal of the refs stage on the fixture
@@ -34,9 +35,9 @@ W=${WORK:-/tmp/gc-kb}
 DEADLINE_S=${DEADLINE_S:-570}
 STAGES=${STAGES:-"refs cudal1 report"}
 LEVELS=${LEVELS:-1,2,3}
-JOBS=${JOBS:-6}
+JOBS=${JOBS:-10}
 REFS_ARGS=${REFS_ARGS:---no-trace-check}
-CUDAL1_POLICIES=${CUDAL1_POLICIES:-strict kernelbench off}
+CUDAL1_POLICIES=${CUDAL1_POLICIES:-strict kernelbench}
 CUDAL1_TIMING=${CUDAL1_TIMING:-'{"time_cap_s": 3.0, "warmup_max_s": 1.0}'}
 COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 T0=$(date +%s)
