@@ -10,7 +10,8 @@ Usage (repo root, after ``. bin/gpu-env.sh`` on the GPU machine):
 
 ``run`` is ``kernelbench-eval tasks --root corpus/positive | solutions --dir
 corpus/positive/solutions | run --backend cuda --guard-policy P`` (resumable: ``-o --resume``;
-run ``i`` writes ``OUT/results-<P>-<i>.jsonl``), then ``check`` on what it wrote. ``check``
+run ``i`` writes ``OUT/results-<P>-<i>.jsonl``; ``--no-compile-baseline`` unless
+``--compile-baseline``), then ``check`` on what it wrote. ``check``
 prints one row per solution and a summary, and writes ``--json`` when asked.
 
 A false rejection: a ``guard_violation`` where the corpus expects ``ok``, or one whose rejecting
@@ -198,6 +199,7 @@ def run(a: argparse.Namespace) -> int:
         res = out / f"results-{a.policy}-{i}.jsonl"
         extra = ["--timing-config", a.timing_config] if a.timing_config else []
         extra += ["--gpus", a.gpus] if a.gpus else []
+        extra += [] if a.compile_baseline else ["--no-compile-baseline"]
         _sh(
             [
                 "run",
@@ -243,6 +245,11 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--runs", type=int, choices=(1, 2), default=2, help="2: the 3%% check")
     r.add_argument("--timing-config", default=None, help="JSON passed to `run --timing-config`")
     r.add_argument("--gpus", default=None, help="passed to `run --gpus`")
+    r.add_argument(
+        "--compile-baseline",
+        action="store_true",
+        help="also time torch.compile baselines (10-30 s per task; the check uses eager only)",
+    )
     c = sub.choices["check"]
     c.add_argument("results", type=Path, nargs="+", help="one or two results.jsonl files")
     c.add_argument("--policy", choices=("strict", "kernelbench"), default=None)
