@@ -112,7 +112,7 @@ if has cudal1; then
 fi
 
 if has report; then
-  cmd=${CMDLINE:-"STAGES=\"$STAGES\" LEVELS=$LEVELS JOBS=$JOBS bash bin/gpu-check-kernelbench.sh"}
+  cmd=${CMDLINE:-"STAGES=\"$STAGES\" LEVELS=$LEVELS ${PROBLEMS:+PROBLEMS=$PROBLEMS }${LIMIT:+LIMIT=$LIMIT }JOBS=$JOBS bash bin/gpu-check-kernelbench.sh"}
   [ -f "$W/references.jsonl" ] && $KBR table "$W/references.jsonl" --env "$W/env.txt" \
     --command "$cmd" > "$W/kernelbench-references.md" 2>> "$LOG"
   rs=(); for pol in $CUDAL1_POLICIES; do rs+=(--results "$pol=$W/cudal1_results_$pol.jsonl"); done
