@@ -169,10 +169,67 @@ def test_task_dtype_and_precision_only_on_float32() -> None:
 
 def test_timing_checks_against_speed_of_light() -> None:
     t = TimingDetail(protocol_version="1", candidate=TimingStats(median_ms=0.5, n=30, min_ms=0.45))
+    # the floor holds for every correct implementation: under 0.8x it rejects, under it flags
     assert _codes(timing_checks(t, 1.0)) == {"G-SOL"}
-    assert _codes(timing_checks(t, 0.55), "flag") == {"G-SOL"}
+    assert _codes(timing_checks(t, 0.55), "flag") == {"G-SOL"} and not _codes(
+        timing_checks(t, 0.55)
+    )
+    assert _codes(timing_checks(t, 0.6), "flag") == {"G-SOL"}  # the fastest sample: 0.45 < 0.48
     assert timing_checks(t, 0.1) == [] and timing_checks(t, None) == []
     assert timing_checks(t, 1.0, policy="off") == []
+    # the roofline of the reference's work is only an estimate: far under it only flags
+    fs = timing_checks(t, 0.1, estimate_ms=10.0)
+    assert [(f.code, f.severity) for f in fs] == [("G-SOL", "flag")] and "roofline" in fs[0].message
+    assert timing_checks(t, 0.1, estimate_ms=0.55) == []  # 0.5 ms is above 0.8 x 0.55
+
+
+# KernelBench v0, level 1 problem 12 (MIT, packages/kernelbench-eval/corpus/positive/KernelBench/
+# LICENSE): the reference form whose honest row scaling G-SOL rejected at 0.35x the roofline
+KB12_V0 = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, A, B):
+        return torch.diag(A) @ B
+
+M = 4096
+N = 4096
+
+def get_inputs():
+    A = torch.rand(N)
+    B = torch.rand(N, M)
+    return [A, B]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_an_honest_row_scaling_of_diag_matmul_is_not_rejected() -> None:
+    from cuda_agent.profiler.sol import Ceilings, count_work, estimate, output_floor_ms
+
+    ceil = Ceilings(
+        device="NVIDIA H200",
+        torch_version="",
+        protocol_version="",
+        copy_gbps=4000.0,
+        read_gbps=4400.0,
+        l2_bytes=50 << 20,
+        matmul_tflops={"fp32": 50.0, "tf32": 400.0, "bf16": 750.0, "fp16": 750.0},
+    )
+    w = count_work(KB12_V0)
+    e = estimate(w, ceil)
+    # the rejected run: median 0.35x the roofline; an ideal row scaling reads B, writes C
+    ideal_ms = 2 * w.output_bytes / (ceil.floor_gbps() * 1e9) * 1e3
+    for median in (0.35 * e.bound_ms, ideal_ms):
+        t = TimingDetail(
+            protocol_version="1", candidate=TimingStats(median_ms=median, n=30, min_ms=median)
+        )
+        fs = timing_checks(t, output_floor_ms(w, ceil), estimate_ms=e.bound_ms)
+        assert not _codes(fs) and _codes(fs, "flag") == {"G-SOL"}
 
 
 def test_output_checks_structure_degenerate_sensitivity() -> None:

@@ -93,14 +93,20 @@ def test_ncu_fallback_and_from_csv(tiny_src, tmp_path):
     assert d["tool"] == "ncu" and d["kernels"][0]["registers"] == 254
 
 
-def test_sol_flags_impossible_time(tiny_src, tmp_path):
+def test_sol_flags_impossible_time(tiny_src, tmp_path, fixtures_dir):
     ref = tmp_path / "ref.py"
     ref.write_text(tiny_src)
     p = _cli("sol", ref, "--copy-gbps", "1000", "--tflops", "10", "--measured-ms", "1e-6")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["work"]["flops"] == 2 * 96**3
-    assert d["below_bound"] is True and d["fraction"] > 1
+    # far under the roofline, but a 36 KB output fits in a cache: no time is impossible
+    assert d["fraction"] > 1 and d["floor_ms"] == 0.0 and d["below_bound"] is False
+    relu = fixtures_dir / "level1/1_ReLU.py"  # a 2 GiB output: 1e-3 ms would be 2 PB/s
+    p = _cli("sol", relu, "--copy-gbps", "1000", "--tflops", "10", "--measured-ms", "1e-3")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["floor_ms"] > 1 and d["below_bound"] is True
 
 
 def test_ceilings_needs_cuda():

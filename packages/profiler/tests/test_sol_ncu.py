@@ -3,6 +3,7 @@
 import re
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from cuda_agent.profiler.ncu import parse_ncu_csv, summary_text
@@ -48,7 +49,11 @@ def test_estimate_bounds_and_fraction(fixtures_dir):
     relu = estimate(count_work((fixtures_dir / "level1/1_ReLU.py").read_text()), CEIL)
     assert relu.bound_by == "memory"
     assert relu.fraction(relu.bound_ms * 2) == pytest.approx(0.5)
-    assert relu.impossible(relu.bound_ms * 0.5) and not relu.impossible(relu.bound_ms * 1.01)
+    # impossible() is against the floor (the 2 GiB output written), not the roofline (which
+    # also counts the input read): half the floor is impossible, just above it is not
+    assert 0 < relu.floor_ms < relu.bound_ms
+    assert relu.impossible(relu.floor_ms * 0.5) and not relu.impossible(relu.floor_ms * 1.01)
+    assert not relu.impossible(relu.bound_ms * 0.5)  # 0.5x the roofline is above the floor
     assert datasheet_for("NVIDIA H200")["copy_gbps"] == 4800.0
     assert datasheet_for("Some GPU") is None
 
@@ -145,3 +150,91 @@ def test_a_broadcast_output_lowers_the_floor():
     assert dense > 0.1
     assert output_floor_ms(w, CEIL, output_storage_bytes=4 * 16384) == 0.0
     assert output_floor_ms(w, CEIL, output_storage_bytes=10 * w.output_bytes) == dense
+
+
+# KernelBench (MIT, data/LICENSE-KernelBench): level 1 problem 12, verbatim
+KB12 = (DATA / "kernelbench_level1_12_Matmul_with_diagonal_matrices_.py.txt").read_text()
+# the same problem as KernelBench v0 states it, the form whose honest row scaling was rejected
+KB12_V0 = KB12.replace("return A.unsqueeze(1) * B", "return torch.diag(A) @ B")
+H200ISH = Ceilings(
+    device="test",
+    torch_version="",
+    protocol_version="",
+    copy_gbps=4000.0,
+    read_gbps=4400.0,
+    write_gbps=4200.0,
+    l2_bytes=50 << 20,
+    matmul_tflops={"fp32": 50.0, "tf32": 400.0, "bf16": 750.0, "fp16": 750.0},
+)
+
+
+def test_kernelbench_diag_floor_counts_only_the_output_beyond_l2():
+    from cuda_agent.profiler.sol import output_floor_ms
+
+    assert KB12_V0 != KB12
+    out = 4096 * 4096 * 4
+    for src in (KB12, KB12_V0):
+        w = count_work(src)
+        assert w.output_bytes == out
+        floor = output_floor_ms(w, H200ISH)
+        # only the output bytes an L2 cannot hold, at the best bandwidth (the read ceiling here)
+        assert floor == pytest.approx((out - (50 << 20)) / 4400e9 * 1e3)
+        assert estimate(w, H200ISH).floor_ms == floor
+        # an honest row scaling reads B and writes the output: at that speed it is not rejected
+        honest_ms = 2 * out / 4400e9 * 1e3
+        assert floor < 0.8 * honest_ms
+    # the v0 roofline counts the matmul's FLOPs: an honest row scaling beats it by far
+    assert estimate(count_work(KB12_V0), H200ISH).bound_ms > 10 * honest_ms
+
+
+def test_the_floor_uses_the_measured_l2_and_the_best_bandwidth():
+    from cuda_agent.profiler.sol import WRITE_ABSORB_BYTES, output_floor_ms
+
+    w = count_work(KB12)
+    assert H200ISH.absorb_bytes() == 50 << 20 and H200ISH.floor_gbps() == 4400.0
+    unknown_l2 = msgspec.structs.replace(H200ISH, l2_bytes=0)
+    assert unknown_l2.absorb_bytes() == WRITE_ABSORB_BYTES  # more than any L2: 64 MiB fits
+    assert output_floor_ms(w, unknown_l2) == 0.0
+    # a datasheet above the measured ceilings wins: the floor must hold at the best bandwidth
+    named = msgspec.structs.replace(H200ISH, device="NVIDIA H200")
+    assert named.floor_gbps() == 4800.0
+    assert output_floor_ms(w, named) < output_floor_ms(w, H200ISH)
+
+
+def test_a_matmul_floor_with_a_small_output_is_zero_whatever_its_flops(tiny_src):
+    e = estimate(count_work(tiny_src), H200ISH)  # relu(x @ x.T) on 96 x 96: a 36 KB output
+    assert e.work.flops > 0 and e.bound_ms > 0
+    assert e.floor_ms == 0.0 and not e.impossible(1e-9)
+
+
+def test_storage_bytes_of_real_outputs():
+    import torch
+
+    from cuda_agent.profiler.sol import storage_bytes
+
+    x = torch.randn(64, 32)
+    assert storage_bytes(x) == 64 * 32 * 4
+    assert storage_bytes(x.t()) == 64 * 32 * 4  # a dense permutation
+    assert storage_bytes(torch.randn(64, 1).expand(64, 32)) == 64 * 4  # broadcast: once
+    assert storage_bytes((x, x, x.view(-1))) == 64 * 32 * 4  # shared memory counts once
+    assert storage_bytes(list(x.chunk(4))) == 64 * 32 * 4  # pieces of one buffer: the buffer
+    assert storage_bytes({"a": x, "b": torch.randn(8)}) == 64 * 32 * 4 + 8 * 4
+    assert storage_bytes(x[:, ::2]) == 64 * 16 * 4  # a view with gaps: its own elements only
+    assert storage_bytes(torch.randn(100, 16)[:10]) == 10 * 16 * 4  # not the whole storage
+    over = torch.randn(100).as_strided((50, 50), (1, 1))  # overlapping windows: 99 elements
+    assert 0 < storage_bytes(over) <= 99 * 4  # a lower bound of what it occupies
+    assert storage_bytes(torch.empty(0, 5)) == 0 and storage_bytes(3.0) == 0
+
+
+def test_a_broadcast_output_lowers_the_floor_to_its_storage():
+    import torch
+
+    from cuda_agent.profiler.sol import output_floor_ms, storage_bytes
+
+    src = KB12.replace("return A.unsqueeze(1) * B", "return (A.unsqueeze(1) + 1).expand(-1, M)")
+    w = count_work(src)
+    assert w.output_bytes == 4096 * 4096 * 4 and output_floor_ms(w, H200ISH) > 0
+    cand = (torch.rand(4096, 1) + 1).expand(-1, 4096)  # the candidate returns a view as well
+    assert output_floor_ms(w, H200ISH, output_storage_bytes=storage_bytes(cand)) == 0.0
+    dense = output_floor_ms(w, H200ISH)
+    assert output_floor_ms(w, H200ISH, output_storage_bytes=2 * w.output_bytes) == dense

@@ -176,8 +176,8 @@ def time_cmd(
         side = "new" if "new" in res.stats else "eager"
         e, fl = check_time(path.read_text(), res.stats[side].median_ms, get_ceilings(device))
         log(
-            f"speed-of-light: bound {e.bound_ms:.4f} ms ({e.bound_by}), {side} reaches "
-            f"{100 * e.fraction(res.stats[side].median_ms):.1f}%"
+            f"speed-of-light: output floor {e.floor_ms:.4f} ms, roofline {e.bound_ms:.4f} ms "
+            f"({e.bound_by}), {side} reaches {100 * e.fraction(res.stats[side].median_ms):.1f}%"
         )
         detail.flags = sorted(set(detail.flags) | set(fl))
     _out(detail)
@@ -360,7 +360,8 @@ def sol_cmd(
         float | None, typer.Option("--tflops", help="Use this matmul rate instead of measuring.")
     ] = None,
 ) -> None:
-    """Speed-of-light bound of a program: FLOPs, minimum bytes, bound time, fraction reached."""
+    """Speed-of-light of a program: FLOPs, bytes, roofline estimate and fraction reached, and the
+    output floor (``below_bound``: a measured time under 0.9x the floor)."""
     from .sol import Ceilings, count_work, estimate, get_ceilings
 
     if copy_gbps is not None and tflops is not None:
@@ -381,7 +382,7 @@ def sol_cmd(
         out["below_bound"] = e.impossible(measured_ms)
     log(
         f"{path.name}: {e.work.flops / 1e9:.1f} GFLOP, {e.work.bytes / 1e9:.3f} GB -> "
-        f"bound {e.bound_ms:.4f} ms ({e.bound_by})"
+        f"roofline {e.bound_ms:.4f} ms ({e.bound_by}), output floor {e.floor_ms:.4f} ms"
     )
     _out(out)
 

@@ -1,16 +1,19 @@
-"""Speed-of-light: a roofline estimate of a program's time from its FLOPs, its bytes and the
-device's measured ceilings, and the output floor (:func:`output_floor_ms`), the only bound
-that holds for every correct implementation and so the only one a guard may reject by.
+"""Speed-of-light: an informational roofline estimate of a program's time, and the output floor
+(:func:`output_floor_ms`), the only bound that holds for every correct implementation and so
+the only one a guard may reject by.
 
-- FLOPs: ``torch.utils.flop_counter.FlopCounterMode`` over one forward of the reference (matmul,
-  conv, attention; elementwise work is not counted, so elementwise programs are memory bound).
-- Minimum bytes: every input, parameter and buffer read once, every output written once.
 - Ceilings: a large device-to-device copy (bytes read + written per second), a large sum
-  (bytes read per second) and square matmuls in
-  fp32, tf32, bf16 and fp16, measured with the timing protocol and cached per device and torch.
-- Bound: ``max(flops / rate, bytes / bandwidth)``. The rate is the fastest tensor-core rate a
-  candidate could legitimately use for the inputs' dtype (tf32 for fp32 programs, whose usual
-  tolerances admit tf32; bf16 for half types), so the bound is a floor, not a target.
+  (bytes read per second), a large fill (bytes written per second), square matmuls in fp32,
+  tf32, bf16 and fp16, and the L2 size; measured with the timing protocol and cached per device
+  and torch.
+- Roofline estimate (:func:`estimate`, ``SolEstimate.bound_ms``): ``max(flops / rate, bytes /
+  bandwidth)`` from the reference's own work: FLOPs of ``torch.utils.flop_counter`` (matmul,
+  conv, attention) at the fastest tensor-core rate of the inputs' dtype, and every input,
+  parameter and output moved once. An algorithm that does less (``diag(A) @ B`` as a row
+  scaling: no matmul, N of A's N*N entries) beats it, so it describes, it never rejects.
+- Output floor (``SolEstimate.floor_ms``): every output byte is written within the timed call;
+  the L2, flushed before the call, can still hold up to its size of them when the end event
+  fires, and the rest reaches device memory at no more than the device's best bandwidth.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ class Ceilings(msgspec.Struct, kw_only=True):
     copy_gbps: float  # the memory bound uses max(copy_gbps, read_gbps)
     matmul_tflops: dict[str, float]
     read_gbps: float = 0.0  # a large sum reduction: bytes read per second
+    write_gbps: float = 0.0  # a large fill: bytes written per second
+    l2_bytes: int = 0  # as the driver reports it; 0: unknown
     copy_bytes: int = 0
     matmul_n: int = 0
     measured_at: str = ""
@@ -59,6 +64,17 @@ class Ceilings(msgspec.Struct, kw_only=True):
         if dtype_class == "fp64":
             return r.get("fp64", r.get("fp32", max(r.values())))
         return r.get("tf32", r.get("fp32", max(r.values())))
+
+    def floor_gbps(self) -> float:
+        """The best memory bandwidth known for the device, GB/s: the largest of the measured
+        write, copy and read rates and the datasheet's (a pure write stream may beat a copy)."""
+        ds = (datasheet_for(self.device) or {}).get("copy_gbps", 0.0)
+        return max(self.write_gbps, self.copy_gbps, self.read_gbps, ds)
+
+    def absorb_bytes(self) -> int:
+        """Written bytes the cache can hold at the end of a timed call: the measured L2 size,
+        else ``WRITE_ABSORB_BYTES``."""
+        return self.l2_bytes if self.l2_bytes > 0 else WRITE_ABSORB_BYTES
 
 
 def datasheet_for(name: str) -> dict[str, float] | None:
@@ -90,6 +106,9 @@ def measure_ceilings(
     copy_gbps = 2 * n * 4 / (st.median_ms * 1e-3) / 1e9
     st = measure(torch.sum, [[src]], device=device, config=cfg)
     read_gbps = n * 4 / (st.median_ms * 1e-3) / 1e9
+    st = measure(lambda b: b.fill_(1.0), [[dst]], device=device, config=cfg)
+    write_gbps = n * 4 / (st.median_ms * 1e-3) / 1e9
+    l2 = int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0) or 0)
     del src, dst
     rates: dict[str, float] = {}
     old_tf32 = torch.backends.cuda.matmul.allow_tf32
@@ -114,6 +133,8 @@ def measure_ceilings(
         protocol_version=PROTOCOL_VERSION,
         copy_gbps=copy_gbps,
         read_gbps=read_gbps,
+        write_gbps=write_gbps,
+        l2_bytes=l2,
         matmul_tflops=rates,
         copy_bytes=copy_bytes,
         matmul_n=matmul_n,
@@ -153,7 +174,8 @@ def get_ceilings(device: str = "cuda", *, recompute: bool = False) -> Ceilings:
 
 
 class Work(msgspec.Struct, kw_only=True):
-    """What a program must do at least: FLOPs (matmul/conv/attention) and bytes moved."""
+    """The reference's work: its FLOPs (matmul/conv/attention) and the bytes it moves (inputs,
+    parameters and outputs once each; ``output_bytes`` dense)."""
 
     flops: float
     bytes: int
@@ -165,23 +187,28 @@ class Work(msgspec.Struct, kw_only=True):
 
 
 class SolEstimate(msgspec.Struct, kw_only=True):
-    """Lower-bound time of a program on a device and which resource bounds it."""
+    """The roofline estimate of the reference's work (``bound_ms``, informational) and the
+    output-write floor (``floor_ms``, a time no correct implementation beats)."""
 
     work: Work
     compute_ms: float
     memory_ms: float
-    bound_ms: float
+    bound_ms: float  # roofline estimate: max(compute_ms, memory_ms)
     bound_by: str  # compute | memory
     rate_tflops: float
     copy_gbps: float
+    floor_ms: float = 0.0  # output floor of the reference's dense output
+    floor_gbps: float = 0.0
+    absorb_bytes: int = 0
 
     def fraction(self, measured_ms: float) -> float:
-        """Fraction of speed-of-light reached: bound / measured (1.0 = at the bound)."""
+        """Fraction of the roofline estimate reached: bound / measured (1.0 = at the estimate;
+        above 1 is possible for an algorithm that does less work than the reference)."""
         return self.bound_ms / measured_ms if measured_ms > 0 else float("inf")
 
     def impossible(self, measured_ms: float, slack: float = 0.9) -> bool:
-        """Whether ``measured_ms`` is below ``slack`` x the bound (physically implausible)."""
-        return measured_ms < slack * self.bound_ms
+        """Whether ``measured_ms`` is below ``slack`` x the floor (no correct implementation)."""
+        return measured_ms < slack * self.floor_ms
 
 
 def _dtype_class(tensors: list[Any]) -> str:
@@ -242,7 +269,7 @@ def count_work(ref_source: str, *, device: str = "meta", seed: int = 0) -> Work:
 
 
 def estimate(work: Work, ceilings: Ceilings) -> SolEstimate:
-    """Lower-bound time of ``work`` under ``ceilings``."""
+    """The roofline estimate of ``work`` under ``ceilings`` and the floor of its output."""
     rate = ceilings.rate_for(work.dtype_class)
     compute_ms = work.flops / (rate * 1e12) * 1e3 if rate > 0 else 0.0
     bw = max(ceilings.copy_gbps, ceilings.read_gbps)
@@ -255,11 +282,57 @@ def estimate(work: Work, ceilings: Ceilings) -> SolEstimate:
         bound_by="compute" if compute_ms >= memory_ms else "memory",
         rate_tflops=rate,
         copy_gbps=bw,
+        floor_ms=output_floor_ms(work, ceilings),
+        floor_gbps=ceilings.floor_gbps(),
+        absorb_bytes=ceilings.absorb_bytes(),
     )
 
 
-#: Written bytes a cache can absorb within a timed call (the protocol flushes L2 before each
-#: call, but writes can land in it): more than any current GPU's L2 (H100/H200: 50 MB).
+def _distinct_elements(t: Any) -> tuple[int, bool]:
+    """(a lower bound on the distinct elements ``t`` addresses, whether they fill its span)."""
+    dims = sorted((st, sz) for sz, st in zip(t.shape, t.stride(), strict=True) if sz > 1 and st)
+    reach = 0  # the largest offset the smaller strides reach
+    for st, sz in dims:
+        if st <= reach:  # dimensions overlap: each one alone still addresses distinct elements
+            return max(sz for _, sz in dims), False
+        reach += (sz - 1) * st
+    n = 1
+    for _, sz in dims:
+        n *= sz
+    return n, n == reach + 1
+
+
+def storage_bytes(outputs: Any) -> int:
+    """A lower bound on the bytes of memory ``outputs`` (tensors in lists, tuples, dicts)
+    occupy: a broadcast (stride-0) dimension counts once and memory shared between outputs
+    counts once, so an expanded view of a small tensor occupies the small tensor's bytes."""
+    from .timing import _iter_tensors
+
+    spans: dict[str, list[tuple[int, int]]] = {}  # dense views: [start, end) byte intervals
+    gapped: dict[str, int] = {}  # other views: the largest of their distinct bytes
+    for t in _iter_tensors(outputs):
+        if t.numel() == 0:
+            continue
+        n, dense = _distinct_elements(t)
+        nbytes, dev = n * t.element_size(), str(t.device)
+        start = t.data_ptr() if t.device.type != "meta" else 0
+        if dense and start:
+            spans.setdefault(dev, []).append((start, start + nbytes))
+        else:  # meta (no addresses) or a view with gaps: it may overlap any other output
+            gapped[dev] = max(gapped.get(dev, 0), nbytes)
+    total = 0
+    for dev in spans.keys() | gapped.keys():
+        union, end = 0, 0
+        for a, b in sorted(spans.get(dev, [])):
+            union += max(0, b - max(a, end))
+            end = max(end, b)
+        total += max(union, gapped.get(dev, 0))
+    return total
+
+
+#: Written bytes a cache can absorb within a timed call when the ceilings record no L2 size
+#: (the protocol flushes L2 before each call, but writes can land in it): more than any current
+#: GPU's L2 (H100/H200: 50 MiB).
 WRITE_ABSORB_BYTES = 128 << 20
 
 
@@ -267,21 +340,23 @@ def output_floor_ms(
     work: Work, ceilings: Ceilings, *, output_storage_bytes: int | None = None
 ) -> float:
     """A time no correct implementation can beat, the only bound that may reject: every output
-    byte must be written, and bytes beyond what the cache can absorb (``WRITE_ABSORB_BYTES``)
-    must reach device memory at no more than its best measured bandwidth:
+    byte must be written, and bytes beyond what the cache can absorb must reach device memory
+    at no more than its best bandwidth:
 
-        floor_ms = max(0, output_bytes - WRITE_ABSORB_BYTES) / max(copy_gbps, read_gbps)
+        floor_ms = max(0, output_bytes - absorb_bytes) / floor_gbps
 
-    ``output_bytes`` is the reference output's dense size, or the candidate output's real
-    storage when that is smaller (a broadcast view writes fewer bytes). Nothing else enters:
-    a correct kernel need not do the reference's FLOPs nor read every input byte (diag(A) @ B
-    needs only N of A's N*N values), so FLOPs and input bytes belong to :func:`estimate`, the
-    roofline, which is an estimate, never a floor."""
+    ``absorb_bytes``: the measured L2 size (``WRITE_ABSORB_BYTES`` when not recorded);
+    ``floor_gbps``: the largest of the measured write, copy and read bandwidths and the
+    datasheet's. ``output_bytes`` is the reference output's dense size, or the candidate
+    output's real storage when that is smaller (``storage_bytes(outputs)``: a broadcast
+    view writes fewer bytes). Nothing else enters: a correct kernel need not do the reference's
+    FLOPs nor read every input byte (diag(A) @ B needs only N of A's N*N values), so FLOPs and
+    input bytes belong to :func:`estimate`, the roofline, which is an estimate, never a floor."""
     out = work.output_bytes
     if output_storage_bytes is not None:
         out = min(out, output_storage_bytes)
-    bw = max(ceilings.copy_gbps, ceilings.read_gbps)
-    written = max(0, out - WRITE_ABSORB_BYTES)
+    bw = ceilings.floor_gbps()
+    written = max(0, out - ceilings.absorb_bytes())
     return written / (bw * 1e9) * 1e3 if bw > 0 else 0.0
 
 
@@ -291,7 +366,7 @@ F_BELOW_SOL = "below_speed_of_light"
 def check_time(
     ref_source: str, measured_ms: float, ceilings: Ceilings, slack: float = 0.9
 ) -> tuple[SolEstimate, list[str]]:
-    """The bound of ``ref_source`` and ``["below_speed_of_light"]`` when ``measured_ms`` is
-    under ``slack`` x the bound (a time no correct implementation can reach)."""
+    """The estimate of ``ref_source`` and ``["below_speed_of_light"]`` when ``measured_ms`` is
+    under ``slack`` x its floor (a time no correct implementation can reach)."""
     e = estimate(count_work(ref_source), ceilings)
     return e, [F_BELOW_SOL] if e.impossible(measured_ms, slack) else []
