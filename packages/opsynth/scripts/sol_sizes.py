@@ -1,8 +1,10 @@
-"""H200 speed-of-light floors (datasheet ceilings, meta-device work counts) of task sets.
+"""H200 speed-of-light roofline estimates (datasheet ceilings, meta-device work counts) of task
+sets, reported as "floors".
 
 Usage: python sol_sizes.py NAME=FILE.jsonl [NAME=FILE.jsonl ...]   (prints JSON on stdout)
-A size comparison without a GPU: the floor max(FLOPs / TF32 rate, bytes / HBM bandwidth) is a
-lower bound of any implementation's time, eager included.
+A size comparison without a GPU: max(FLOPs / TF32 rate, bytes / HBM bandwidth) of the reference's
+own work, which bounds its way of computing (eager included), not every implementation: a better
+algorithm beats it (``profiler.sol.output_floor_ms`` is the floor that holds for all).
 """
 
 from __future__ import annotations
