@@ -1373,15 +1373,23 @@ def _run_on_device(
                 timing.speedup_vs_compile_ci = _ratio_ci(timing.compile, cand_stats)
     from cuda_agent.guards.api import timing_checks
 
+    # the judge measured the output's real storage on the file it compared (a value the
+    # candidate's process reports itself would let it lower its own floor)
     stored = v.get("storage_bytes")
-    bound = (
+    bound, roofline = (
         _speed_of_light_ms(c, p.backend, gpu, turn, stored if isinstance(stored, int) else None)
         if cfg.guard_policy != "off"
-        else None
+        else (None, None)
     )
     if bound is not None:
-        p.meta["speed_of_light_ms"] = round(bound, 6)
-    tg = list(timing_checks(timing, bound)) if cfg.guard_policy != "off" else []
+        p.meta["speed_of_light_ms"] = round(bound, 6)  # the output floor
+    if roofline is not None:
+        p.meta["roofline_ms"] = round(roofline, 6)
+    tg = (
+        list(timing_checks(timing, bound, estimate_ms=roofline))
+        if cfg.guard_policy != "off"
+        else []
+    )
     p.guards.extend(tg)
     if any(g.severity == "reject" for g in tg):
         return _result(
@@ -1421,23 +1429,25 @@ def _read_ceilings() -> Any:
 
 def _speed_of_light_ms(
     c: Candidate, backend: str, gpu: str | None, turn: _Turn, output_storage_bytes: int | None
-) -> float | None:
+) -> tuple[float | None, float | None]:
     """The profiler's output floor of the task on this device (``sol.output_floor_ms``: what any
-    correct implementation must write; None when unknown), for the candidate's output storage.
+    correct implementation must write), for the candidate's output storage, and the roofline
+    estimate (``sol.estimate``, which may only flag); (None, None) when unknown.
     The device ceilings are measured once, in a subprocess on the worker's GPU holding the
     device's gate exclusive, then cached on disk."""
     if backend != "cuda":
-        return None
+        return None, None
     with _SOL_LOCK:
         got = _SOL_CACHE.get(c.task.id)
     if got is None:
         got = _SOL_CACHE[c.task.id] = _work_and_ceilings(c, gpu, turn)
     work, ceilings = got
     if work is None or ceilings is None:
-        return None
-    from cuda_agent.profiler.sol import output_floor_ms
+        return None, None
+    from cuda_agent.profiler.sol import estimate, output_floor_ms
 
-    return output_floor_ms(work, ceilings, output_storage_bytes=output_storage_bytes)
+    floor = output_floor_ms(work, ceilings, output_storage_bytes=output_storage_bytes)
+    return floor, estimate(work, ceilings).bound_ms
 
 
 def _work_and_ceilings(c: Candidate, gpu: str | None, turn: _Turn) -> tuple[Any, Any]:

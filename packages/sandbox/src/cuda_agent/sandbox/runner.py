@@ -118,10 +118,16 @@ def _wait_consumed(path: Path, spec: dict[str, Any]) -> None:
 
 
 def _to_cpu(obj: Any) -> Any:
+    """``obj`` on the CPU; a broadcast (stride-0) view stays one: its distinct values are copied
+    and expanded again, so the file (and the judge's output floor) keeps its real size."""
     import torch
 
     if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu")
+        x = obj.detach()
+        if x.dim() and any(st == 0 for st in x.stride()):
+            idx = tuple(slice(0, 1) if st == 0 else slice(None) for st in x.stride())
+            return x[idx].to("cpu").expand(x.shape)
+        return x.to("cpu")
     if isinstance(obj, (list, tuple)):
         return (
             type(obj)(_to_cpu(x) for x in obj)
@@ -301,25 +307,6 @@ def _sketch(obj: Any) -> Any:
     return obj
 
 
-def _storage_bytes(obj: Any) -> int:
-    """Bytes of the distinct storages behind the tensors of ``obj`` (a broadcast view: its
-    small storage)."""
-    import torch
-
-    seen: dict[int, int] = {}
-    stack = [obj]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, torch.Tensor):
-            st = x.untyped_storage()
-            seen[st.data_ptr()] = st.nbytes()
-        elif isinstance(x, (list, tuple)):
-            stack.extend(x)
-        elif isinstance(x, dict):
-            stack.extend(x.values())
-    return sum(seen.values())
-
-
 def _to_device(obj: Any, device: str) -> Any:
     import torch
 
@@ -399,6 +386,8 @@ def _judge_file(
     when the candidate's output was read."""
     import torch
 
+    from cuda_agent.profiler.sol import storage_bytes
+
     if not present:
         return {"passed": False, "message": "no output"}
     limit = 2 * tensor_bytes(expected) + (64 << 20)  # the zip's own overhead is small
@@ -411,7 +400,9 @@ def _judge_file(
         }
     try:
         with _phase(report, "load_candidate"):
-            cand = _to_device(torch.load(f, weights_only=True, mmap=True), device)
+            loaded = torch.load(f, weights_only=True, mmap=True)
+            stored = storage_bytes(loaded)  # before the move: a broadcast view is still one
+            cand = _to_device(loaded, device)
             _sync(device)
     except Exception as e:  # noqa: BLE001 - whatever the candidate wrote
         return {"passed": False, "message": f"unreadable output: {type(e).__name__}: {e}"[:500]}
@@ -424,7 +415,7 @@ def _judge_file(
         "max_abs_err": v.max_abs_err,
         "max_rel_err": v.max_rel_err,
         "rel_norm_err": v.rel_norm_err,
-        "storage_bytes": _storage_bytes(cand),
+        "storage_bytes": stored,
         "sketch": True,
         "cand_sketch": _sketch(cand),
     }
