@@ -118,3 +118,14 @@ def test_a_task_too_large_for_the_host_is_an_infra_error_and_the_candidate_never
     assert "host memory" in r.message and "sandbox out of resources" in r.message
     stages = r.meta.get("stages_s") or {}
     assert "reference" in stages and "verify" not in stages  # no candidate process ran
+
+
+def test_a_task_too_big_for_its_share_of_the_gpu_runs_alone():
+    from cuda_agent.sandbox.admission import too_big_to_share
+
+    h200 = 143771 << 20
+    # KernelBench L1/24 LogSoftmax: 6.4 GB in and out; its candidate held 60 GiB under 0.45
+    assert too_big_to_share(2 * 6_442_450_944, 0.45, h200)
+    assert not too_big_to_share(2 * 6_442_450_944, None, h200)  # one worker: no share
+    assert not too_big_to_share(64 << 20, 0.45, h200)
+    assert not too_big_to_share(2 * 6_442_450_944, 0.45, None)  # no NVML: as before

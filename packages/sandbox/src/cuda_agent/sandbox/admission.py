@@ -57,8 +57,17 @@ def host_available() -> int | None:
     return None
 
 
+def gpu_total(gpu: str | None) -> int | None:
+    """Total memory of the GPU with this index (NVML), or None when unknown."""
+    return _gpu_memory(gpu, "total")
+
+
 def gpu_free(gpu: str | None) -> int | None:
     """Free memory of the GPU with this index (NVML), or None when unknown."""
+    return _gpu_memory(gpu, "free")
+
+
+def _gpu_memory(gpu: str | None, field: str) -> int | None:
     if gpu is None or not gpu.strip().isdigit():
         return None
     try:
@@ -67,7 +76,7 @@ def gpu_free(gpu: str | None) -> int | None:
         pynvml.nvmlInit()
         try:
             h = pynvml.nvmlDeviceGetHandleByIndex(int(gpu))
-            return int(pynvml.nvmlDeviceGetMemoryInfo(h).free)
+            return int(getattr(pynvml.nvmlDeviceGetMemoryInfo(h), field))
         finally:
             pynvml.nvmlShutdown()
     except Exception:  # noqa: BLE001 - no NVML: the GPU's memory is not checked
@@ -169,3 +178,21 @@ def verification_need(input_bytes: int, output_bytes: int, param_bytes: int, bac
     if backend != "cuda":  # the cpu backend's "device" is host memory
         return Need(host=host + dev, disk=output_bytes + (64 << 20))
     return Need(gpu=dev, host=host, disk=output_bytes + (64 << 20))
+
+
+#: A candidate's process under the runtime guard was seen holding ~4.7x its task's working set
+#: (inputs + outputs + weights) on the GPU: 60 GiB for KernelBench L1/24 LogSoftmax (6.4 GB in,
+#: 6.4 GB out) on the H200, over a 0.45 share (62.9 GiB) with two workers per GPU.
+CANDIDATE_WORKING_SET_FACTOR = 6
+
+
+def too_big_to_share(
+    working_set_bytes: int, mem_fraction: float | None, gpu_total_bytes: int | None
+) -> bool:
+    """Whether a task's candidate process would not fit under its share of the GPU
+    (``mem_fraction`` of ``gpu_total_bytes``): then the evaluation runs alone from the start,
+    instead of failing shared and being re-run alone (which cost 135 s on that LogSoftmax).
+    Unknown sizes: False (shared, as before)."""
+    if mem_fraction is None or working_set_bytes <= 0 or not gpu_total_bytes:
+        return False
+    return CANDIDATE_WORKING_SET_FACTOR * working_set_bytes > mem_fraction * gpu_total_bytes

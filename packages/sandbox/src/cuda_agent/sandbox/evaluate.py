@@ -616,6 +616,15 @@ def run_on_device(
             return p.result
         p.meta["queued_s"] = round(time.monotonic() - p.t0 - sum(p.stages.values()), 3)
         g = gate or device_gate(_domain(p.backend, gpu))
+        if mem_fraction is not None and _too_big_to_share(p, mem_fraction, gpu):
+            # it would fail under its share and be re-run alone: run it alone at once
+            occ = Occupant()
+            t = time.monotonic()
+            with g.exclusive(occ, "alone", alone=True):
+                p.stages["alone_wait"] = time.monotonic() - t
+                r = _device_half(p, gpu, slot, _Turn(g, occ, held=True), None)
+            r.meta["ran_alone"] = f"working set too large to share {g.name}"
+            return r
         snapshot = (list(p.guards), dict(p.stages), dict(p.meta))
         occ = Occupant()
         t_first = time.monotonic()
@@ -660,6 +669,27 @@ def run_on_device(
     finally:
         if p.root is not None and not p.config.keep_dirs:
             shutil.rmtree(p.root, ignore_errors=True)
+
+
+_WORKING_SET: dict[str, int] = {}
+
+
+def _too_big_to_share(p: Prepared, mem_fraction: float, gpu: str | None) -> bool:
+    """The task's working set (inputs, outputs, weights: counted by the profiler on the meta
+    device, no GPU needed; once per task) against its share of the GPU (``admission``)."""
+    if p.backend != "cuda":
+        return False
+    tid = p.candidate.task.id
+    if tid not in _WORKING_SET:
+        try:
+            from cuda_agent.profiler.sol import count_work
+
+            w = count_work(p.candidate.task.ref_code)
+            _WORKING_SET[tid] = w.input_bytes + w.output_bytes + w.param_bytes
+        except Exception:  # noqa: BLE001 - unknown: share as before (a failure re-runs alone)
+            _WORKING_SET[tid] = 0
+    total = admission.gpu_total(_gpu_index(p.backend, gpu))
+    return admission.too_big_to_share(_WORKING_SET[tid], mem_fraction, total)
 
 
 def _domain(backend: str, gpu: str | None) -> str:
