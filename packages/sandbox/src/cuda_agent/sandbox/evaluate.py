@@ -879,15 +879,39 @@ def _early_verify(cfg: SandboxConfig) -> bool:
     return cfg.early_verify and caps().network_ns
 
 
+class _Background:
+    """``fn(*args)`` in a daemon thread; :meth:`join` returns its result or raises its error
+    (``on_error()`` runs in the thread first)."""
+
+    def __init__(self, name: str, fn: Any, *args: Any, on_error: Any = None):
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+        def target() -> None:
+            try:
+                self.result = fn(*args)
+            except BaseException as e:  # noqa: BLE001 - re-raised by join()
+                self.error = e
+                if on_error is not None:
+                    on_error()
+
+        self.thread = threading.Thread(target=target, name=name, daemon=True)
+        self.thread.start()
+
+    def join(self) -> Any:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
 class _EarlyVerify:
     """A verification process started while the reference runs (in a thread): it waits after
     ``import torch`` until :meth:`go` writes ``start`` (or :meth:`cancel` writes ``abort``)."""
 
     def __init__(self, shared: Path):
         self.start, self.abort = shared / "start", shared / "abort"
-        self.thread: threading.Thread | None = None
-        self.result: tuple[Outcome, dict] | None = None
-        self.error: BaseException | None = None
+        self.bg: _Background | None = None
         self.t_run = self.t_go = 0.0
 
     def waited(self) -> float:
@@ -895,35 +919,24 @@ class _EarlyVerify:
         return (self.t_go or time.monotonic()) - self.t_run
 
     def run(self, fn: Any, *args: Any) -> None:
-        def target() -> None:
-            try:
-                self.result = fn(*args)
-            except BaseException as e:  # noqa: BLE001 - re-raised by go()
-                self.error = e
-
         self.t_run = time.monotonic()
-        self.thread = threading.Thread(target=target, name="early-verify", daemon=True)
-        self.thread.start()
+        self.bg = _Background("early-verify", fn, *args)
 
     def go(self) -> tuple[Outcome, dict]:
         """Let the waiting process start; its outcome and report."""
         self.t_go = time.monotonic()
         self.start.touch(mode=0o644)
-        assert self.thread is not None
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        assert self.result is not None
-        return self.result
+        assert self.bg is not None
+        return self.bg.join()
 
     def cancel(self) -> None:
         """The reference failed: the waiting process exits; wait for it (its gate hold ends)."""
-        if self.thread is None:
+        if self.bg is None:
             return
         self.t_go = time.monotonic()
         with contextlib.suppress(OSError):
             self.abort.touch(mode=0o644)
-        self.thread.join()
+        self.bg.thread.join()
 
 
 class _Judge:
@@ -979,41 +992,29 @@ class _Judge:
             fork=cfg.fork_server,
         )
         self.private = private
-        self.thread: threading.Thread | None = None
-        self.result: tuple[Outcome, dict[str, Any]] | None = None
-        self.error: BaseException | None = None
+        self.bg: _Background | None = None
 
     def run(self) -> tuple[Outcome, dict[str, Any]]:
         """Run the judge to its end here; its outcome and report (``ok`` False on failure)."""
         out, rep = _run_op(self.spec, self.private, **self.kw)
         if out.returncode != 0 or not rep.get("ok"):
             rep["ok"] = False
-            with contextlib.suppress(OSError):
-                self.failed.touch(mode=0o644)
+            self._failed()
         return out, rep
 
-    def start(self) -> None:
-        def target() -> None:
-            try:
-                self.result = self.run()
-            except BaseException as e:  # noqa: BLE001 - re-raised by join()
-                self.error = e
-                with contextlib.suppress(OSError):
-                    self.failed.touch(mode=0o644)
+    def _failed(self) -> None:
+        with contextlib.suppress(OSError):
+            self.failed.touch(mode=0o644)
 
-        self.thread = threading.Thread(target=target, name="judge", daemon=True)
-        self.thread.start()
+    def start(self) -> None:
+        self.bg = _Background("judge", self.run, on_error=self._failed)
 
     def candidate_done(self) -> None:
         self.done.touch(mode=0o644)
 
     def join(self) -> tuple[Outcome, dict[str, Any]]:
-        assert self.thread is not None
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        assert self.result is not None
-        return self.result
+        assert self.bg is not None
+        return self.bg.join()
 
 
 def _gpu_index(backend: str, gpu: str | None) -> str | None:
@@ -1268,7 +1269,7 @@ def _run_on_device(
         and cfg.early_time
         and out.returncode == 0
         and rep.get("ok")
-        and (base is not None or not _wants_baseline(cfg, p.backend))
+        and (base is not None or not _wants_baseline(cfg))
     ):
         # the timing process imports torch while the outputs are compared (3 s on the H200)
         early_time.append(time_op(base))
@@ -1338,7 +1339,7 @@ def _run_on_device(
     if not cfg.timing:
         return _result(p, Status.OK, "correct (timing skipped)", correctness=corr)
     # 3. timing in a fresh process, then the re-check of a call made after the timed ones
-    if base is None and _wants_baseline(cfg, p.backend):
+    if base is None and _wants_baseline(cfg):
         t = time.monotonic()
         base = _baseline(c, cfg, p.backend, gpu, turn)
         p.stages["baseline"] = time.monotonic() - t
@@ -1555,7 +1556,7 @@ def _comparable_baseline(b: Any, cand: TimingStats) -> tuple[Any, Any]:
     return b.eager_nograph, b.compile_nograph or b.compile
 
 
-def _wants_baseline(cfg: SandboxConfig, backend: str) -> bool:
+def _wants_baseline(cfg: SandboxConfig) -> bool:
     return cfg.timing and cfg.baselines
 
 
