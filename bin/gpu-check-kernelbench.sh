@@ -10,6 +10,7 @@
 #   guards off, every line built, verified and timed: the device time is there)
 #   FROM=.gpu-data/kb-run bash bin/gpu-check-kernelbench.sh   # on a fresh machine: continue from a
 #       previous call's results (unpacked: mkdir -p .gpu-data/kb-run && tar xzf results.tgz -C .gpu-data/kb-run)
+#   STAGES="positive" bash bin/gpu-check-kernelbench.sh    # the positive corpus, both policies, twice
 # Stages, in this order (STAGES, default "refs cudal1 report"):
 #   refs         benchmarks/kb_references.py: every problem of levels $LEVELS: reference run once,
 #                eager and torch.compile baselines (profiler) -> references.jsonl
@@ -18,6 +19,10 @@
 #   cudal1       benchmarks/cudal1.py candidates, then per guard policy of $CUDAL1_POLICIES
 #                (strict kernelbench; add off for the runtime verdicts) `sandbox eval --backend cuda --gpus all --resume` ->
 #                cudal1_results_<policy>.jsonl (baselines on only when cudal1-refs has rows)
+#   positive     the positive corpus (packages/kernelbench-eval/corpus/positive) under each policy of
+#                $POSITIVE_POLICIES ("strict kernelbench"), $POSITIVE_RUNS (2) runs each: expected
+#                verdicts, false rejections, speed-ups within 3% between the runs
+#                (benchmarks/positive_corpus.py; exit 1 on a false rejection) -> positive/
 #   report       kernelbench-references.md and kernelbench-cudal1.md (the docs' files, header filled)
 # Env: LEVELS (1,2,3) PROBLEMS LIMIT JOBS (10) REFS_ARGS (extra kb_references.py run flags; default
 #   "--no-trace-check": the trace cross-check's one-time CUPTI set-up, ~4 s per worker process,
@@ -111,6 +116,18 @@ if has cudal1; then
   done
 fi
 
+if has positive; then
+  for pol in ${POSITIVE_POLICIES:-strict kernelbench}; do
+    lim=$(( $(left) - 40 ))
+    if [ "$lim" -lt 60 ]; then say "positive $pol: skipped ($(left)s left)"; continue; fi
+    say "positive $pol: start (limit ${lim}s; resumable)"
+    timeout -k 10 "$lim" python3 packages/kernelbench-eval/benchmarks/positive_corpus.py run \
+      --policy "$pol" --out "$W/positive" --runs "${POSITIVE_RUNS:-2}" \
+      --json "$W/positive/check-$pol.json" > "$W/positive_$pol.md" 2>> "$W/positive_$pol.log"
+    say "positive $pol: rc=$? (1: a false rejection)"; tail -n 3 "$W/positive_$pol.md" >&2
+  done
+fi
+
 if has report; then
   cmd=${CMDLINE:-"STAGES=\"$STAGES\" LEVELS=$LEVELS ${PROBLEMS:+PROBLEMS=$PROBLEMS }${LIMIT:+LIMIT=$LIMIT }JOBS=$JOBS bash bin/gpu-check-kernelbench.sh"}
   [ -f "$W/references.jsonl" ] && $KBR table "$W/references.jsonl" --env "$W/env.txt" \
@@ -125,7 +142,7 @@ fi
 say "done in $(( $(date +%s) - T0 ))s"
 echo "$(date -u +%FT%TZ) commit $COMMIT end after $(( $(date +%s) - T0 ))s" >> "$W/calls.txt"
 tar czf "$RESULTS/results.tgz" -C "$W" --exclude='cache/baselines/*.tmp*' \
-  $(cd "$W" && ls -d *.jsonl *.txt *.md *.log cache/baselines cache/ceilings 2>/dev/null)
+  $(cd "$W" && ls -d *.jsonl *.txt *.md *.log positive cache/baselines cache/ceilings 2>/dev/null)
 for f in env.txt log.txt kernelbench-references.md kernelbench-cudal1.md; do
   [ -f "$W/$f" ] && cp "$W/$f" "$RESULTS/"
 done
