@@ -32,3 +32,19 @@ def test_sketches_sample_the_same_positions_for_equal_shapes():
     assert torch.equal(s2 - s1, torch.ones_like(s1))
     small = torch.rand(3, 5)
     assert torch.equal(_sketch(small), small.reshape(-1))
+
+
+def test_the_judge_never_follows_a_link_the_candidate_planted(tmp_path):
+    from cuda_agent.sandbox.compare import Tolerance, compare
+    from cuda_agent.sandbox.runner import _judge_file
+
+    secret = tmp_path / "secret.pt"
+    torch.save(torch.ones(4), secret)
+    link = tmp_path / "out_0.pt"
+    link.symlink_to(secret)
+    v = _judge_file(link, True, torch.ones(4), Tolerance(), "cpu", compare, {})
+    assert not v["passed"] and "not a regular file" in v["message"]
+    real = tmp_path / "out_1.pt"
+    _save_output(torch.ones(4), real)
+    v = _judge_file(real, True, torch.ones(4), Tolerance(), "cpu", compare, {})
+    assert v["passed"] and v["storage_bytes"] == 16

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import sys
 import time
 import traceback
@@ -390,8 +391,11 @@ def _judge_file(
 
     if not present:
         return {"passed": False, "message": "no output"}
+    st = f.lstat()  # never follow a link the candidate planted (the judge may run as root)
+    if not stat.S_ISREG(st.st_mode):
+        return {"passed": False, "message": "output is not a regular file"}
     limit = 2 * tensor_bytes(expected) + (64 << 20)  # the zip's own overhead is small
-    size = f.stat().st_size
+    size = st.st_size
     if size > limit:
         return {
             "passed": False,
