@@ -100,3 +100,64 @@ def test_baseline_crash_is_reported(tmp_path):
     )
     assert b.error and "boom" in b.error and b.eager is None
     assert not list(tmp_path.glob("*.json"))
+
+
+class _Hold:
+    """A context manager that records when it is entered and left (a stand-in for a gate)."""
+
+    def __init__(self, name: str, log: list):
+        self.name, self.log = name, log
+
+    def __enter__(self):
+        self.log.append((self.name, "enter", time.monotonic()))
+
+    def __exit__(self, *exc):
+        self.log.append((self.name, "exit", time.monotonic()))
+
+
+def test_the_worker_sets_up_outside_the_hold_and_times_inside_it(tiny_src, tmp_path):
+    slow_setup = tiny_src.replace("import torch", "import time, torch", 1).replace(
+        "def get_inputs():", "def get_inputs():\n    time.sleep(0.5)", 1
+    )
+    assert slow_setup != tiny_src and "time.sleep" in slow_setup
+    log: list = []
+    b = baseline_for_task(
+        slow_setup,
+        device="cpu",
+        compile_mode=None,
+        config=CFG,
+        cache=BaselineCache(tmp_path),
+        setup=lambda: _Hold("setup", log),
+        hold=lambda: _Hold("hold", log),
+    )
+    assert b.error is None and b.eager is not None and b.eager.n > 0
+    assert [(n, e) for n, e, _ in log] == [
+        ("setup", "enter"),
+        ("setup", "exit"),
+        ("hold", "enter"),
+        ("hold", "exit"),
+    ]
+    # the inputs (3 sets, each sleeping 0.5 s) were drawn before the hold; the hold is the timing
+    setup_s = log[1][2] - log[0][2]
+    assert setup_s >= 1.4
+
+
+def test_a_worker_failing_in_its_set_up_never_takes_the_hold(tmp_path):
+    src = (
+        "import torch\nimport torch.nn as nn\n"
+        "class Model(nn.Module):\n    def forward(self, x):\n        return x\n"
+        "def get_inputs():\n    raise RuntimeError('no inputs')\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    log: list = []
+    b = baseline_for_task(
+        src,
+        device="cpu",
+        compile_mode=None,
+        timeout_s=120,
+        config=CFG,
+        cache=BaselineCache(tmp_path),
+        hold=lambda: _Hold("hold", log),
+    )
+    assert b.error and "no inputs" in b.error and b.eager is None
+    assert log == []

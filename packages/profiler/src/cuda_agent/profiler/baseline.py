@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,9 @@ def torch_version() -> str:
         return "none"
 
 
-def device_name(device: str = "cuda") -> str:
-    """Name of ``device`` without creating a CUDA context (NVML), e.g. ``NVIDIA H200``.
+def device_name(device: str = "cuda", *, visible: str | None = None) -> str:
+    """Name of ``device`` without creating a CUDA context (NVML), e.g. ``NVIDIA H200``;
+    ``visible``: the CUDA_VISIBLE_DEVICES it is seen through (default: this process's).
 
     CPU: the processor model from /proc/cpuinfo (or ``platform.processor()``).
     """
@@ -54,7 +56,7 @@ def device_name(device: str = "cuda") -> str:
             from .timing import _nvml_index
 
             pynvml.nvmlInit()
-            h = pynvml.nvmlDeviceGetHandleByIndex(_nvml_index(idx))
+            h = pynvml.nvmlDeviceGetHandleByIndex(_nvml_index(idx, visible))
             name = pynvml.nvmlDeviceGetName(h)
             return name.decode() if isinstance(name, bytes) else str(name)
         except Exception:  # noqa: BLE001 - fall back to torch (creates a context)
@@ -232,36 +234,85 @@ def _stats(d: dict[str, Any] | None) -> TimingStats | None:
 
 
 def run_worker(
-    request: dict[str, Any], *, timeout_s: float, python: str | None = None
+    request: dict[str, Any],
+    *,
+    timeout_s: float,
+    python: str | None = None,
+    setup: Callable[[], Any] | None = None,
+    hold: Callable[[], Any] | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[list[dict[str, Any]], str | None, str]:
     """Run ``python -m cuda_agent.profiler.worker`` on ``request`` in a new process group.
 
-    Returns (JSON lines it printed, error or None, stderr tail). On timeout the whole group is
-    killed and the lines printed so far are kept.
+    With ``hold`` (a context-manager factory, e.g. the device's exclusive gate) the worker does
+    its set-up inside ``setup()`` (if given), says ``ready``, and times inside ``hold()``; the
+    set-up (``torch.compile`` above all) then stays out of the hold. Returns (JSON lines it
+    printed, error or None, stderr tail). On timeout the whole group is killed and the lines
+    printed so far are kept. ``env``: the worker's environment (default: this process's).
     """
+    import tempfile
+    import threading
+
+    handshake = hold is not None
     cmd = [python or sys.executable, "-m", "cuda_agent.profiler.worker"]
-    proc = subprocess.Popen(
-        cmd,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
+    lines: list[dict[str, Any]] = []
+    ready = threading.Event()
+    said_ready: list[bool] = []  # a "ready" line was read (not only the end of the output)
     err: str | None = None
-    try:
-        out, errb = proc.communicate(json.dumps(request).encode(), timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, errb = proc.communicate()
-        err = f"timeout after {timeout_s:.0f}s"
-    lines = []
-    for line in out.decode(errors="replace").splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            with contextlib.suppress(json.JSONDecodeError):
-                lines.append(json.loads(line))
-    tail = errb.decode(errors="replace")[-4000:]
+    deadline = time.monotonic() + timeout_s
+    with tempfile.TemporaryFile() as errf:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errf,
+            start_new_session=True,
+            env=env,
+        )
+
+        def read() -> None:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                line = raw.decode(errors="replace").strip()
+                if line.startswith("{"):
+                    with contextlib.suppress(json.JSONDecodeError):
+                        d = json.loads(line)
+                        if d.get("stage") == "ready":
+                            said_ready.append(True)
+                            ready.set()
+                        else:
+                            lines.append(d)
+            ready.set()  # ended (or closed its output) without saying ready
+
+        reader = threading.Thread(target=read, name="profiler-worker-out", daemon=True)
+        reader.start()
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write((json.dumps(dict(request, handshake=handshake)) + "\n").encode())
+            proc.stdin.flush()
+            if handshake:
+                with setup() if setup is not None else contextlib.nullcontext():
+                    ready.wait(max(0.0, deadline - time.monotonic()))
+                if said_ready and proc.poll() is None:
+                    with hold():
+                        proc.stdin.write(b"go\n")
+                        proc.stdin.close()
+                        _wait(proc, deadline)
+            else:
+                proc.stdin.close()
+            _wait(proc, deadline)
+        except subprocess.TimeoutExpired:
+            err = f"timeout after {timeout_s:.0f}s"
+        except BrokenPipeError:
+            pass  # it died first: its exit status says how
+        finally:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            reader.join(timeout=10)
+        errf.seek(0)
+        tail = errf.read().decode(errors="replace")[-4000:]
     if err is None and proc.returncode != 0:
         sig = -proc.returncode if proc.returncode < 0 else None
         err = f"worker exited with {'signal ' + str(sig) if sig else proc.returncode}"
@@ -271,20 +322,25 @@ def run_worker(
     return lines, err, tail
 
 
+def _wait(proc: subprocess.Popen, deadline: float) -> None:
+    """Wait for ``proc`` until ``deadline`` (monotonic); TimeoutExpired after it."""
+    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+
+
 def cached_baseline(
     task: Task | str,
     *,
     device: str = "cuda",
     compile_mode: str | None = "default",
     cache: BaselineCache | None = None,
+    env: dict[str, str] | None = None,
 ) -> Baseline | None:
     """The cached baseline :func:`baseline_for_task` would return for these arguments, or None;
     never measures."""
     ref = task.ref_code if isinstance(task, Task) else task
     backend = "cuda" if device.startswith("cuda") else "cpu"
-    key = BaselineCache.key(
-        task_hash(ref), device_name(device), torch_version(), compile_mode or "none", backend
-    )
+    dname = device_name(device, visible=(env or {}).get("CUDA_VISIBLE_DEVICES"))
+    key = BaselineCache.key(task_hash(ref), dname, torch_version(), compile_mode or "none", backend)
     return (cache if cache is not None else BaselineCache()).get(key)
 
 
@@ -298,17 +354,23 @@ def baseline_for_task(
     cache: BaselineCache | None = None,
     recompute: bool = False,
     seed: int = 0,
+    setup: Callable[[], Any] | None = None,
+    hold: Callable[[], Any] | None = None,
+    env: dict[str, str] | None = None,
 ) -> Baseline:
     """Eager (and ``torch.compile`` unless ``compile_mode`` is None) times of a task's reference.
+    ``setup``/``hold``: context-manager factories around the worker's set-up and its timing
+    (:func:`run_worker`), e.g. a device gate held shared, then exclusive. ``env``: the worker's
+    environment, whose CUDA_VISIBLE_DEVICES also names the device of the cache key.
 
-    Runs in a fresh subprocess with a timeout (compile can hang or crash): eager is measured
-    first, then eager and compiled interleaved; if compile fails or times out, the eager
-    result is kept and ``error`` says what happened. Successful results are cached unless
+    Runs in a fresh subprocess with a timeout (compile can hang or crash): the model is
+    compiled and called once, then eager is measured, then eager and compiled interleaved; if
+    compile fails, the eager result is kept and ``error`` says what happened. Successful results are cached unless
     ``cache`` is given as ``BaselineCache(root=Path("/dev/null"))``-like or ``recompute``.
     """
     ref = task.ref_code if isinstance(task, Task) else task
     backend = "cuda" if device.startswith("cuda") else "cpu"
-    dname = device_name(device)
+    dname = device_name(device, visible=(env or {}).get("CUDA_VISIBLE_DEVICES"))
     tver = torch_version()
     mode = compile_mode or "none"
     cache = cache if cache is not None else BaselineCache()
@@ -326,7 +388,7 @@ def baseline_for_task(
         "seed": seed,
     }
     t0 = time.monotonic()
-    lines, err, tail = run_worker(request, timeout_s=timeout_s)
+    lines, err, tail = run_worker(request, timeout_s=timeout_s, setup=setup, hold=hold, env=env)
     eager = compiled = eager_plain = compile_plain = None
     wname, wver = dname, tver
     for d in lines:

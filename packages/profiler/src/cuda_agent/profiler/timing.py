@@ -151,11 +151,12 @@ class _Clock:
             return None
 
 
-def _nvml_index(torch_index: int) -> int:
-    """NVML index of torch device ``torch_index`` (honours CUDA_VISIBLE_DEVICES when numeric)."""
+def _nvml_index(torch_index: int, visible: str | None = None) -> int:
+    """NVML index of torch device ``torch_index`` (honours ``visible``, default
+    $CUDA_VISIBLE_DEVICES, when numeric)."""
     import os
 
-    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+    vis = visible if visible is not None else os.environ.get("CUDA_VISIBLE_DEVICES")
     if vis:
         parts = [p.strip() for p in vis.split(",") if p.strip()]
         if torch_index < len(parts) and parts[torch_index].isdigit():

@@ -1578,8 +1578,7 @@ def _known_baseline(c: Candidate, cfg: SandboxConfig, backend: str, gpu: str | N
         with contextlib.suppress(Exception):
             if b.device == device_name(device):
                 return b
-    with _BASELINE_LOCK:
-        return _cached_baseline(c, backend, gpu, device, want_compile)
+    return _cached_baseline(c, backend, gpu, device, want_compile)
 
 
 def _ratio_ci(base: TimingStats, cand: TimingStats) -> tuple[float, float] | None:
@@ -1590,22 +1589,21 @@ def _ratio_ci(base: TimingStats, cand: TimingStats) -> tuple[float, float] | Non
     return (lo, hi) if lo and hi else None
 
 
-@contextlib.contextmanager
-def _visible_gpu(backend: str, gpu: str | None):
-    """Set $CUDA_VISIBLE_DEVICES to the worker's GPU for the profiler's worker process (process
-    state: callers hold ``_BASELINE_LOCK``)."""
-    old = os.environ.get("CUDA_VISIBLE_DEVICES")
-    set_it = backend == "cuda" and gpu is not None
-    try:
-        if set_it:
-            os.environ["CUDA_VISIBLE_DEVICES"] = gpu  # type: ignore[assignment]
-        yield
-    finally:
-        if set_it:
-            if old is None:
-                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
-            else:
-                os.environ["CUDA_VISIBLE_DEVICES"] = old
+def _gpu_env(backend: str, gpu: str | None) -> dict[str, str] | None:
+    """The profiler worker's environment: this process's, seeing only the worker's GPU (None:
+    this process's as it is)."""
+    if backend != "cuda" or gpu is None:
+        return None
+    return dict(os.environ, CUDA_VISIBLE_DEVICES=gpu)
+
+
+_TASK_LOCKS: dict[str, threading.Lock] = {}
+
+
+def _task_lock(task_id: str) -> threading.Lock:
+    """One lock per task: a task's baseline is measured once, different tasks' side by side."""
+    with _BASELINE_LOCK:
+        return _TASK_LOCKS.setdefault(task_id, threading.Lock())
 
 
 def _baseline(c: Candidate, cfg: SandboxConfig, backend: str, gpu: str | None, turn: _Turn):
@@ -1622,9 +1620,19 @@ def _baseline(c: Candidate, cfg: SandboxConfig, backend: str, gpu: str | None, t
     tc = quick_config() if backend == "cpu" else TimingConfig()
     if cfg.timing_config:
         tc = TimingConfig.from_dict({**tc.to_dict(), **cfg.timing_config})
-    # gate first, then the lock: a thread never waits for a gate while holding the lock
-    with turn.exclusive("baseline"), _BASELINE_LOCK:
-        return _baseline_locked(c, cfg, backend, gpu, device, want_compile, tc)
+    # the profiler's worker compiles the reference under a shared hold and is timed under an
+    # exclusive one (torch.compile, 10-30 s of mostly CPU, used to sit in the exclusive hold).
+    # The task's lock is taken first and held while waiting for the gate: no thread waits for
+    # it while holding the gate (cached baselines are read outside any hold)
+    with _task_lock(c.task.id):
+        hit = _cached_baseline(c, backend, gpu, device, want_compile)
+        if hit is not None:
+            return hit
+        turn.enter()  # present (holding device memory) from set-up to the end of the timing
+        try:
+            return _baseline_locked(c, cfg, backend, gpu, device, want_compile, tc, turn)
+        finally:
+            turn.leave()
 
 
 def _cached_baseline(c: Candidate, backend: str, gpu: str | None, device: str, want_compile: bool):
@@ -1632,10 +1640,12 @@ def _cached_baseline(c: Candidate, backend: str, gpu: str | None, device: str, w
     try:
         from cuda_agent.profiler.baseline import cached_baseline
 
-        with _visible_gpu(backend, gpu):
-            return cached_baseline(
-                c.task, device=device, compile_mode="default" if want_compile else None
-            )
+        return cached_baseline(
+            c.task,
+            device=device,
+            compile_mode="default" if want_compile else None,
+            env=_gpu_env(backend, gpu),
+        )
     except Exception:  # noqa: BLE001 - a miss
         return None
 
@@ -1648,17 +1658,20 @@ def _baseline_locked(
     device: str,
     want_compile: bool,
     tc: Any,
+    turn: _Turn,
 ):
     from cuda_agent.profiler.baseline import baseline_for_task
 
-    with _visible_gpu(backend, gpu):  # inherited by the profiler's worker process
-        return baseline_for_task(
-            c.task,
-            device=device,
-            compile_mode="default" if want_compile else None,
-            timeout_s=cfg.baseline_timeout_s,
-            config=tc,
-        )
+    return baseline_for_task(
+        c.task,
+        device=device,
+        compile_mode="default" if want_compile else None,
+        timeout_s=cfg.baseline_timeout_s,
+        config=tc,
+        setup=lambda: turn.shared("baseline_setup"),
+        hold=lambda: turn.exclusive("baseline"),
+        env=_gpu_env(backend, gpu),
+    )
 
 
 def evaluate(
