@@ -1688,10 +1688,11 @@ def evaluate(
     _prewarm(candidate, cfg, backend, gpu)
     p = prepare(candidate, cfg, backend=backend)
     importing = None
-    if p.result is None and "torch" not in sys.modules:
-        # the comparison of outputs needs torch in this process: import it while the reference
-        # runs (a lone evaluation, e.g. an agent's verify tool, otherwise waited for both
-        # imports one after the other)
+    if p.result is None and backend == "cuda" and "torch" not in sys.modules:
+        # the speed-of-light floor and the working-set count (cuda only) need torch in this
+        # process: import it while the reference runs (a lone evaluation, e.g. an agent's
+        # verify tool, otherwise waited for both imports one after the other); the outputs are
+        # compared by the judge process
         importing = threading.Thread(
             target=importlib.import_module, args=("torch",), name="import-torch", daemon=True
         )
