@@ -157,3 +157,32 @@ def test_caps_says_whether_a_fork_server_starts_here():
     got = json.loads(r.stdout)
     assert {"root", "drop_user", "network_ns", "cgroup_base"} <= set(got)
     assert got["fork_server"] == "ok", got["fork_server"]
+
+
+def test_unknown_timing_config_keys_are_errors(tmp_path):
+    import pytest
+
+    from cuda_agent.sandbox import SandboxConfig
+
+    with pytest.raises(ValueError, match="time_cap"):
+        SandboxConfig(timing_config={"time_cap": 3.0})  # a typo of time_cap_s
+    assert SandboxConfig(timing_config={"time_cap_s": 3.0}).timing_config == {"time_cap_s": 3.0}
+    with pytest.raises(ValueError, match="verfy_timeout_s"):
+        SandboxConfig.from_dict({"verfy_timeout_s": 3})
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cuda_agent.sandbox.cli",
+            "eval",
+            "--backend",
+            "cpu",
+            "--timing-config",
+            '{"time_cap": 3}',
+            str(tmp_path / "none.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "unknown key(s) time_cap" in r.stderr, r.stderr[-2000:]

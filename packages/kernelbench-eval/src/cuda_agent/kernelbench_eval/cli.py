@@ -196,6 +196,12 @@ def run(
         raise fail(f"--timing-config: not JSON: {e}") from None
     if tcfg is not None and not isinstance(tcfg, dict):
         raise fail("--timing-config: a JSON object expected")
+    if tcfg:
+        from cuda_agent.profiler.config import TimingConfig
+
+        bad = TimingConfig.unknown_keys(tcfg)
+        if bad:
+            raise fail(f"--timing-config: unknown key(s) {', '.join(bad)}")
     if resume and output is None:
         raise fail("--resume needs -o FILE")
     shard_t = parse_shard(shard)

@@ -75,6 +75,12 @@ class TimingConfig:
         return asdict(self)
 
     @staticmethod
+    def unknown_keys(d: dict[str, Any]) -> list[str]:
+        """The keys of ``d`` that are no TimingConfig field (a user's typo: callers reject them)."""
+        names = {f.name for f in fields(TimingConfig)}
+        return sorted(k for k in d if k not in names)
+
+    @staticmethod
     def from_dict(d: dict[str, Any]) -> TimingConfig:
         """Build from a dict, ignoring unknown keys (configs from newer versions still load)."""
         names = {f.name for f in fields(TimingConfig)}

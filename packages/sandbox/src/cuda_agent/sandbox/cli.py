@@ -301,6 +301,11 @@ def _json_opt(text: str | None) -> dict | None:
         raise typer.BadParameter(f"--timing-config is not JSON: {e}") from None
     if not isinstance(d, dict):
         raise typer.BadParameter("--timing-config must be a JSON object")
+    from cuda_agent.profiler.config import TimingConfig
+
+    bad = TimingConfig.unknown_keys(d)
+    if bad:
+        raise typer.BadParameter(f"--timing-config: unknown key(s) {', '.join(bad)}")
     return d
 
 

@@ -60,6 +60,15 @@ class SandboxConfig:
     def __post_init__(self) -> None:
         if self.warm_processes is not None and self.warm_processes < 0:
             raise ValueError(f"warm_processes={self.warm_processes}: expected 0 or more (or None)")
+        if self.timing_config:
+            from cuda_agent.profiler.config import TimingConfig
+
+            bad = TimingConfig.unknown_keys(self.timing_config)
+            if bad:
+                raise ValueError(
+                    f"timing_config: unknown key(s) {', '.join(bad)} (the fields of "
+                    "cuda_agent.profiler.TimingConfig)"
+                )
 
     def warm_spares(self) -> int:
         """``warm_processes`` resolved for this host."""
@@ -91,8 +100,12 @@ class SandboxConfig:
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> SandboxConfig:
+        """A config from a dict; an unknown key is an error (a typo must not be ignored)."""
         names = {f.name for f in fields(SandboxConfig)}
-        return SandboxConfig(**{k: v for k, v in d.items() if k in names})
+        bad = sorted(k for k in d if k not in names)
+        if bad:
+            raise ValueError(f"unknown SandboxConfig key(s): {', '.join(bad)}")
+        return SandboxConfig(**d)
 
 
 BACKENDS = ("cuda", "cpu")
