@@ -42,9 +42,9 @@ def test_the_judge_never_follows_a_link_the_candidate_planted(tmp_path):
     torch.save(torch.ones(4), secret)
     link = tmp_path / "out_0.pt"
     link.symlink_to(secret)
-    v = _judge_file(link, True, torch.ones(4), Tolerance(), "cpu", compare, {})
-    assert not v["passed"] and "not a regular file" in v["message"]
+    v, sketch = _judge_file(link, True, torch.ones(4), Tolerance(), "cpu", compare, {})
+    assert not v["passed"] and "not a regular file" in v["message"] and sketch is None
     real = tmp_path / "out_1.pt"
     _save_output(torch.ones(4), real)
-    v = _judge_file(real, True, torch.ones(4), Tolerance(), "cpu", compare, {})
-    assert v["passed"] and v["storage_bytes"] == 16
+    v, sketch = _judge_file(real, True, torch.ones(4), Tolerance(), "cpu", compare, {})
+    assert v["passed"] and v["storage_bytes"] == 16 and torch.equal(sketch, torch.ones(4))

@@ -101,7 +101,7 @@ def _save_output(obj: Any, path: Path) -> None:
     if set_crc is not None:
         set_crc(False)
     tmp = path.with_name(path.name + ".part")
-    torch.save(_to_cpu(obj), tmp)
+    torch.save(_moved(obj, "cpu"), tmp)
     os.replace(tmp, path)
 
 
@@ -118,25 +118,24 @@ def _wait_consumed(path: Path, spec: dict[str, Any]) -> None:
         time.sleep(0.002)
 
 
-def _to_cpu(obj: Any) -> Any:
-    """``obj`` on the CPU; a broadcast (stride-0) view stays one: its distinct values are copied
-    and expanded again, so the file (and the judge's output floor) keeps its real size."""
+def _moved(obj: Any, device: str) -> Any:
+    """``obj`` with its tensors on ``device``; a broadcast (stride-0) view stays one: its
+    distinct values are copied and expanded again, so a saved file (and the judge's output
+    floor) keeps its real size."""
     import torch
 
     if isinstance(obj, torch.Tensor):
         x = obj.detach()
         if x.dim() and any(st == 0 for st in x.stride()):
             idx = tuple(slice(0, 1) if st == 0 else slice(None) for st in x.stride())
-            return x[idx].to("cpu").expand(x.shape)
-        return x.to("cpu")
-    if isinstance(obj, (list, tuple)):
-        return (
-            type(obj)(_to_cpu(x) for x in obj)
-            if isinstance(obj, list)
-            else tuple(_to_cpu(x) for x in obj)
-        )
+            return x[idx].to(device).expand(x.shape)
+        return x.to(device)
+    if isinstance(obj, list):
+        return [_moved(x, device) for x in obj]
+    if isinstance(obj, tuple):
+        return tuple(_moved(x, device) for x in obj)
     if isinstance(obj, dict):
-        return {k: _to_cpu(v) for k, v in obj.items()}
+        return {k: _moved(v, device) for k, v in obj.items()}
     return obj
 
 
@@ -258,6 +257,8 @@ def op_reference(spec: dict[str, Any], report: dict[str, Any]) -> None:
         model = ref.make_model(device=device, seed=int(spec["init_seed"]), init_inputs=init_inputs)
         sd = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
         torch.save(sd, spec["sd_path"])
+    from cuda_agent.profiler.baseline import tensor_bytes
+
     times = []
     in_bytes = out_bytes = 0
     for trial in spec["trials"]:
@@ -279,19 +280,6 @@ def op_reference(spec: dict[str, Any], report: dict[str, Any]) -> None:
 SKETCH_ELEMENTS = 1 << 22  # per output tensor, for the cross-trial output checks
 
 
-def tensor_bytes(obj: Any) -> int:
-    """Bytes of the tensors in a (nested) output or input list."""
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
-    if isinstance(obj, (list, tuple)):
-        return sum(tensor_bytes(x) for x in obj)
-    if isinstance(obj, dict):
-        return sum(tensor_bytes(x) for x in obj.values())
-    return 0
-
-
 def _sketch(obj: Any) -> Any:
     """``obj`` with each tensor replaced by a strided sample of at most ``SKETCH_ELEMENTS`` of
     its elements, on the CPU (the same positions for equal shapes)."""
@@ -305,18 +293,6 @@ def _sketch(obj: Any) -> Any:
         return type(obj)(_sketch(x) for x in obj)
     if isinstance(obj, dict):
         return {k: _sketch(v) for k, v in obj.items()}
-    return obj
-
-
-def _to_device(obj: Any, device: str) -> Any:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_device(x, device) for x in obj)
-    if isinstance(obj, dict):
-        return {k: _to_device(v, device) for k, v in obj.items()}
     return obj
 
 
@@ -361,11 +337,11 @@ def op_judge(spec: dict[str, Any], report: dict[str, Any]) -> None:
         f = io / item["file"]
         with _phase(report, "wait_candidate"):
             present = _wait_output(f, done, deadline)
-        verdict = _judge_file(f, present, expected, tol, device, compare, report)
+        verdict, sketch = _judge_file(f, present, expected, tol, device, compare, report)
         verdicts.append(verdict)
-        if verdict.pop("sketch", None) is not None:
+        if sketch is not None:
             ref_sk.append(_sketch(expected))
-            cand_sk.append(verdict.pop("cand_sketch"))
+            cand_sk.append(sketch)
         del expected
         with contextlib.suppress(OSError):
             f.unlink()
@@ -382,18 +358,19 @@ def op_judge(spec: dict[str, Any], report: dict[str, Any]) -> None:
 
 def _judge_file(
     f: Path, present: bool, expected: Any, tol: Any, device: str, compare: Any, report: dict
-) -> dict[str, Any]:
-    """One trial's verdict (``passed``, ``message``, errors); ``sketch``/``cand_sketch`` set
-    when the candidate's output was read."""
+) -> tuple[dict[str, Any], Any]:
+    """One trial's verdict (``passed``, ``message``, errors) and the sketch of the candidate's
+    output (None when it could not be read)."""
     import torch
 
+    from cuda_agent.profiler.baseline import tensor_bytes
     from cuda_agent.profiler.sol import storage_bytes
 
     if not present:
-        return {"passed": False, "message": "no output"}
+        return {"passed": False, "message": "no output"}, None
     st = f.lstat()  # never follow a link the candidate planted (the judge may run as root)
     if not stat.S_ISREG(st.st_mode):
-        return {"passed": False, "message": "output is not a regular file"}
+        return {"passed": False, "message": "output is not a regular file"}, None
     limit = 2 * tensor_bytes(expected) + (64 << 20)  # the zip's own overhead is small
     size = st.st_size
     if size > limit:
@@ -401,15 +378,16 @@ def _judge_file(
             "passed": False,
             "message": f"output file of {size} bytes for a reference output of "
             f"{tensor_bytes(expected)} bytes",
-        }
+        }, None
     try:
         with _phase(report, "load_candidate"):
             loaded = torch.load(f, weights_only=True, mmap=True)
             stored = storage_bytes(loaded)  # before the move: a broadcast view is still one
-            cand = _to_device(loaded, device)
+            cand = _moved(loaded, device)
             _sync(device)
     except Exception as e:  # noqa: BLE001 - whatever the candidate wrote
-        return {"passed": False, "message": f"unreadable output: {type(e).__name__}: {e}"[:500]}
+        msg = f"unreadable output: {type(e).__name__}: {e}"[:500]
+        return {"passed": False, "message": msg}, None
     with _phase(report, "compare"):
         v = compare(expected, cand, tol)
         _sync(device)
@@ -420,9 +398,7 @@ def _judge_file(
         "max_rel_err": v.max_rel_err,
         "rel_norm_err": v.rel_norm_err,
         "storage_bytes": stored,
-        "sketch": True,
-        "cand_sketch": _sketch(cand),
-    }
+    }, _sketch(cand)
 
 
 def op_compile(spec: dict[str, Any], report: dict[str, Any]) -> None:
