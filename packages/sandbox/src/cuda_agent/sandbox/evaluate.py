@@ -693,9 +693,7 @@ def _too_big_to_share(p: Prepared, mem_fraction: float, gpu: str | None) -> bool
 
 
 def _domain(backend: str, gpu: str | None) -> str:
-    if backend == "cuda" and gpu is None:
-        gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
-    return domain_of(backend, gpu)
+    return domain_of(backend, _gpu_index(backend, gpu) if backend == "cuda" else gpu)
 
 
 def _device_half(
