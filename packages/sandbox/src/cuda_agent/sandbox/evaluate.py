@@ -671,25 +671,34 @@ def run_on_device(
             shutil.rmtree(p.root, ignore_errors=True)
 
 
-_WORKING_SET: dict[str, int] = {}
+_TASK_WORK: dict[str, Any] = {}
 
 
-def _too_big_to_share(p: Prepared, mem_fraction: float, gpu: str | None) -> bool:
-    """The task's working set (inputs, outputs, weights: counted by the profiler on the meta
-    device, no GPU needed; once per task) against its share of the GPU (``admission``)."""
-    if p.backend != "cuda":
-        return False
-    tid = p.candidate.task.id
-    if tid not in _WORKING_SET:
+def _task_work(c: Candidate) -> Any:
+    """The profiler's count of the task's work (``sol.Work``: FLOPs, input, output and weight
+    bytes, on the meta device: no GPU), once per task; None when it cannot be counted."""
+    tid = c.task.id
+    if tid not in _TASK_WORK:
         try:
             from cuda_agent.profiler.sol import count_work
 
-            w = count_work(p.candidate.task.ref_code)
-            _WORKING_SET[tid] = w.input_bytes + w.output_bytes + w.param_bytes
-        except Exception:  # noqa: BLE001 - unknown: share as before (a failure re-runs alone)
-            _WORKING_SET[tid] = 0
+            _TASK_WORK[tid] = count_work(c.task.ref_code)
+        except Exception:  # noqa: BLE001 - unknown: no floor, no early run alone
+            _TASK_WORK[tid] = None
+    return _TASK_WORK[tid]
+
+
+def _too_big_to_share(p: Prepared, mem_fraction: float, gpu: str | None) -> bool:
+    """The task's working set (inputs, outputs, weights) against its share of the GPU
+    (``admission``); unknown: shared, as before (a memory failure is re-run alone)."""
+    if p.backend != "cuda":
+        return False
+    w = _task_work(p.candidate)
+    if w is None:
+        return False
     total = admission.gpu_total(_gpu_index(p.backend, gpu))
-    return admission.too_big_to_share(_WORKING_SET[tid], mem_fraction, total)
+    ws = w.input_bytes + w.output_bytes + w.param_bytes
+    return admission.too_big_to_share(ws, mem_fraction, total)
 
 
 def _domain(backend: str, gpu: str | None) -> str:
@@ -1496,8 +1505,6 @@ def _speed_of_light_ms(
 
 def _work_and_ceilings(c: Candidate, gpu: str | None, turn: _Turn) -> tuple[Any, Any]:
     try:
-        from cuda_agent.profiler.sol import count_work
-
         ceilings = _read_ceilings()
         if ceilings is None:
             import subprocess
@@ -1515,7 +1522,7 @@ def _work_and_ceilings(c: Candidate, gpu: str | None, turn: _Turn) -> tuple[Any,
                     )
                     # read the cache the subprocess filled (no CUDA context in the parent)
                     ceilings = _read_ceilings()
-        return count_work(c.task.ref_code), ceilings
+        return _task_work(c), ceilings
     except Exception:  # noqa: BLE001 - no bound rather than no result
         return None, None
 
