@@ -161,3 +161,29 @@ def test_a_worker_failing_in_its_set_up_never_takes_the_hold(tmp_path):
     )
     assert b.error and "no inputs" in b.error and b.eager is None
     assert log == []
+
+
+def test_an_eager_only_lookup_is_served_by_a_full_entry(tiny_src, tmp_path):
+    cache = BaselineCache(tmp_path)
+    args = (task_hash(tiny_src), device_name("cpu"), torch_version())
+    full = Baseline(
+        device=args[1],
+        torch_version=args[2],
+        protocol_version=PROTOCOL_VERSION,
+        eager=TimingStats(median_ms=2.0, n=10),
+        compile=TimingStats(median_ms=1.0, n=10),
+    )
+    cache.put(BaselineCache.key(*args, "default", "cpu"), full)
+    assert cached_baseline(tiny_src, device="cpu", compile_mode=None, cache=cache) == full
+    t0 = time.monotonic()
+    b = baseline_for_task(tiny_src, device="cpu", compile_mode=None, config=CFG, cache=cache)
+    assert b == full and time.monotonic() - t0 < 1.0  # no worker ran
+    # never the other way round, nor from an entry without eager figures
+    assert cached_baseline(tiny_src, device="cpu", compile_mode="max-autotune", cache=cache) is None
+    cache.put(
+        BaselineCache.key(*args, "default", "cpu"),
+        Baseline(
+            device=args[1], torch_version=args[2], protocol_version=PROTOCOL_VERSION, error="x"
+        ),
+    )
+    assert cached_baseline(tiny_src, device="cpu", compile_mode=None, cache=cache) is None

@@ -340,8 +340,26 @@ def cached_baseline(
     ref = task.ref_code if isinstance(task, Task) else task
     backend = "cuda" if device.startswith("cuda") else "cpu"
     dname = device_name(device, visible=(env or {}).get("CUDA_VISIBLE_DEVICES"))
-    key = BaselineCache.key(task_hash(ref), dname, torch_version(), compile_mode or "none", backend)
-    return (cache if cache is not None else BaselineCache()).get(key)
+    cache = cache if cache is not None else BaselineCache()
+    return _cache_lookup(cache, task_hash(ref), dname, torch_version(), compile_mode, backend)
+
+
+def _cache_lookup(
+    cache: BaselineCache,
+    thash: str,
+    dname: str,
+    tver: str,
+    compile_mode: str | None,
+    backend: str,
+) -> Baseline | None:
+    """The cached baseline of this key; for an eager-only request (``compile_mode`` None) also a
+    default-mode entry's, whose eager figures are the same measurement of the same program."""
+    hit = cache.get(BaselineCache.key(thash, dname, tver, compile_mode or "none", backend))
+    if hit is None and compile_mode is None:
+        full = cache.get(BaselineCache.key(thash, dname, tver, "default", backend))
+        if full is not None and full.eager is not None:
+            hit = full
+    return hit
 
 
 def baseline_for_task(
@@ -376,7 +394,7 @@ def baseline_for_task(
     cache = cache if cache is not None else BaselineCache()
     key = BaselineCache.key(task_hash(ref), dname, tver, mode, backend)
     if not recompute:
-        hit = cache.get(key)
+        hit = _cache_lookup(cache, task_hash(ref), dname, tver, compile_mode, backend)
         if hit is not None:
             return hit
     request = {

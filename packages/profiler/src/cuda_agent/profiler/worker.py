@@ -30,7 +30,7 @@ def _baseline(req: dict[str, Any]) -> int:
 
     from .baseline import device_name, load_reference, make_input_pool
     from .config import TimingConfig
-    from .timing import F_GRAPH, measure, paired
+    from .timing import F_GRAPH, measure, paired, warm_kernel_trace
 
     device = req.get("device", "cuda")
     cfg = TimingConfig.from_dict(req.get("config") or {})
@@ -58,6 +58,8 @@ def _baseline(req: dict[str, Any]) -> int:
             compiled = None
             msg = f"torch.compile failed: {type(e).__name__}: {e}"[:2000]
             _emit({"stage": "error", "message": msg})
+    if cfg.trace_check and device.startswith("cuda"):
+        warm_kernel_trace()  # the tracer's seconds of set-up, before (outside) the exclusive hold
     if req.get("handshake"):
         _emit({"stage": "ready"})
         if sys.stdin.readline().strip() != "go":

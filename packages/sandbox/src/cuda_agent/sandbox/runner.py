@@ -512,7 +512,7 @@ def op_time(spec: dict[str, Any], report: dict[str, Any]) -> None:
         import msgspec
         import torch
 
-        from cuda_agent.profiler import TimingConfig, measure
+        from cuda_agent.profiler import TimingConfig, measure, warm_kernel_trace
 
     _wait_for_start(spec, report, "wait_compare")
     device = spec["device"]
@@ -525,6 +525,9 @@ def op_time(spec: dict[str, Any], report: dict[str, Any]) -> None:
     pool = [_trial_inputs(ref, t, device) for t in trials[: int(spec.get("timing_sets", 2))]]
     _sync(device)
     cfg = TimingConfig.from_dict(spec.get("timing_config") or {})
+    if cfg.trace_check and device.startswith("cuda"):
+        with _phase(report, "trace_setup"):  # seconds of CUPTI set-up, outside the exclusive hold
+            warm_kernel_trace()
 
     def call(*xs: Any) -> Any:
         with torch.no_grad():
