@@ -60,6 +60,7 @@ if [ -n "${FROM:-}" ] && [ -d "$FROM" ]; then  # a previous call's results: cont
     [ -f "$p" ] && [ ! -f "$W/$(basename "$p")" ] && cp "$p" "$W/"
   done
   [ -d "$FROM/cache" ] && mkdir -p "$CUDA_AGENT_CACHE" && cp -rn "$FROM/cache/." "$CUDA_AGENT_CACHE/"
+  [ -d "$FROM/positive" ] && mkdir -p "$W/positive" && cp -rn "$FROM/positive/." "$W/positive/"
 fi
 {
   date -u; echo "commit $COMMIT"

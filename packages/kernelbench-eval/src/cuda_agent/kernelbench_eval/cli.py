@@ -145,7 +145,7 @@ def run(
     backend: Annotated[str, typer.Option(help="cuda | cpu | auto")] = "auto",
     gpus: GpusOpt = None,
     workers_per_gpu: WorkersPerGpuOpt = 2,
-    compile_jobs: CompileJobsOpt = 2,
+    compile_jobs: CompileJobsOpt = None,
     cpu_workers: CpuWorkersOpt = 1,
     window: WindowOpt = None,
     guard_policy: Annotated[str, typer.Option(help="strict | kernelbench | off")] = "kernelbench",

@@ -56,7 +56,7 @@ def eval_cmd(
     shard: ShardOpt = None,
     claim: ClaimOpt = None,
     gpus: GpusOpt = None,
-    compile_jobs: CompileJobsOpt = 2,
+    compile_jobs: CompileJobsOpt = None,
     unit_jobs: Annotated[
         int, typer.Option("--unit-jobs", help="Compiler processes per candidate.")
     ] = 4,

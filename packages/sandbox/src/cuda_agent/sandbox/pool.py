@@ -108,7 +108,7 @@ class SandboxPool:
             self.mem_fraction = None
         self.devices = devs
         self.workers_per_device = per
-        n_compile = compile_workers or max(1, min(4, (os.cpu_count() or 2) // 2))
+        n_compile = compile_workers or max(1, min(8, (os.cpu_count() or 2) // 2))
         self.compile_workers = n_compile
         self._slots = itertools.count(len(workers))
         self._local = threading.local()

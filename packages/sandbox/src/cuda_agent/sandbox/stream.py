@@ -36,7 +36,12 @@ GpusOpt = Annotated[
     ),
 ]
 CompileJobsOpt = Annotated[
-    int, typer.Option("--compile-jobs", min=1, help="Candidates compiled at once (CPU pool).")
+    int | None,
+    typer.Option(
+        "--compile-jobs",
+        min=1,
+        help="Candidates compiled at once (CPU pool; default: half the cores, at most 8).",
+    ),
 ]
 CpuWorkersOpt = Annotated[
     int, typer.Option("--cpu-workers", min=1, help="cpu backend: candidates verified at once.")
