@@ -7,6 +7,8 @@ Usage (repo root, after ``. bin/gpu-env.sh`` on the GPU machine):
       --out gpu-out/positive --runs 2
   python packages/kernelbench-eval/benchmarks/positive_corpus.py check RESULTS.jsonl \\
       [RESULTS2.jsonl] [--policy strict]
+  # two separate runs under different policies (each judged under its own; the 3% check
+  # between them): results-strict-1.jsonl results-kernelbench-1.jsonl
 
 ``run`` is ``kernelbench-eval tasks --root corpus/positive | solutions --dir
 corpus/positive/solutions | run --backend cuda --guard-policy P`` (resumable: ``-o --resume``;
@@ -61,15 +63,18 @@ def _status(r: EvalResult | None) -> tuple[str, list[str]]:
     return str(r.status), codes
 
 
-def judge(entry: Entry, policy: str, runs: list[dict[str, EvalResult]]) -> Row:
-    """One solution's row: its results (one per run) against what the corpus expects."""
-    exp_status, exp_code = entry.expected.expected(policy)
+def judge(entry: Entry, runs: list[tuple[str, dict[str, EvalResult]]]) -> Row:
+    """One solution's row: its results (one per run, each under its guard policy) against what
+    the corpus expects under that policy."""
     sid = entry.candidate.solution.id
-    res = [run.get(sid) for run in runs]
+    res = [run.get(sid) for _, run in runs]
     got, rejects = zip(*(_status(r) for r in res), strict=True)
     speed = [r.speedup_vs_eager if r is not None else None for r in res]
     verdict = "ok"
-    for st, codes in zip(got, rejects, strict=True):
+    expect_ok = True
+    for (policy, _), st, codes in zip(runs, got, rejects, strict=True):
+        exp_status, exp_code = entry.expected.expected(policy)
+        expect_ok = expect_ok and exp_status == "ok"
         if st == "missing":
             verdict = "MISSING" if verdict == "ok" else verdict
         elif st == "guard_violation" and (exp_status == "ok" or exp_code not in codes):
@@ -79,15 +84,22 @@ def judge(entry: Entry, policy: str, runs: list[dict[str, EvalResult]]) -> Row:
     ratio = None
     if len(speed) == 2 and speed[0] and speed[1]:
         ratio = speed[1] / speed[0]
-        if verdict == "ok" and exp_status == "ok" and abs(ratio - 1) > WITHIN:
+        if verdict == "ok" and expect_ok and abs(ratio - 1) > WITHIN:
             verdict = "UNSTABLE"
-    msg = next((r.message for r in res if r is not None and str(r.status) != exp_status), "")
+    msg = next(
+        (
+            r.message
+            for (policy, _), r in zip(runs, res, strict=True)
+            if r is not None and str(r.status) != entry.expected.expected(policy)[0]
+        ),
+        "",
+    )
     return Row(
         path=entry.expected.path.removeprefix("solutions/"),
         level=entry.expected.level,
         problem=entry.expected.problem,
         styles=list(entry.expected.styles),
-        expected=getattr(entry.expected, policy),
+        expected=" / ".join(dict.fromkeys(getattr(entry.expected, p) for p, _ in runs)),
         got=list(got),
         rejects=[list(c) for c in rejects],
         speedup=speed,
@@ -101,15 +113,20 @@ def _results(path: Path) -> dict[str, EvalResult]:
     return {r.solution_id: r for r in load_records(path, EvalResult)}
 
 
-def _policy_of(runs: list[dict[str, EvalResult]], given: str | None) -> str:
-    seen = {str(r.meta.get("guard_policy")) for run in runs for r in run.values()}
-    if given is not None:
-        if seen - {given, "None"}:
-            raise SystemExit(f"results were run under {sorted(seen)}, not --policy {given}")
-        return given
-    if len(seen) != 1 or not seen <= {"strict", "kernelbench"}:
-        raise SystemExit(f"results carry guard policies {sorted(seen)}: give --policy")
-    return seen.pop()
+def _policies(runs: list[dict[str, EvalResult]], given: str | None) -> list[str]:
+    """Each run's guard policy: the one its results carry (one per run), or ``given``."""
+    out = []
+    for i, run in enumerate(runs, 1):
+        seen = {str(r.meta.get("guard_policy")) for r in run.values()}
+        if given is not None:
+            if seen - {given, "None"}:
+                raise SystemExit(f"run {i} was run under {sorted(seen)}, not --policy {given}")
+            out.append(given)
+        elif len(seen) != 1 or not seen <= {"strict", "kernelbench"}:
+            raise SystemExit(f"run {i}'s results carry guard policies {sorted(seen)}: give --policy")
+        else:
+            out.append(seen.pop())
+    return out
 
 
 def _fmt(x: float | None, f: str = "{:.2f}x") -> str:
@@ -164,8 +181,9 @@ def check(corpus: Corpus, results: list[Path], policy: str | None, json_out: Pat
     if not 1 <= len(results) <= 2:
         raise SystemExit("give one or two results files")
     runs = [_results(p) for p in results]
-    pol = _policy_of(runs, policy)
-    rows = [judge(e, pol, runs) for e in corpus.entries]
+    pols = _policies(runs, policy)
+    rows = [judge(e, list(zip(pols, runs, strict=True))) for e in corpus.entries]
+    pol = " / ".join(dict.fromkeys(pols))
     sys.stdout.write(table(rows, pol, len(runs)))
     if json_out is not None:
         doc = {

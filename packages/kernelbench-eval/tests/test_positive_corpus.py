@@ -183,11 +183,11 @@ def test_gpu_checker_on_synthetic_results(tmp_path, capsys):
     bench = _checker()
     corpus = load_corpus(levels={1})
 
-    def write(name, tweak=lambda e, r: r):
+    def write(name, tweak=lambda e, r: r, policy="strict"):
         p = tmp_path / name
         w = RecordWriter(p)
         for i, e in enumerate(corpus.entries):
-            status, code = e.expected.expected("strict")
+            status, code = e.expected.expected(policy)
             guards = [GuardViolation(code=code, severity="reject", message="x")] if code else []
             r = EvalResult(
                 task_id=e.candidate.task.id,
@@ -197,7 +197,7 @@ def test_gpu_checker_on_synthetic_results(tmp_path, capsys):
                 status=status,
                 guards=guards,
                 speedup_vs_eager=None if code else 1.0 + i / 10,
-                meta={"guard_policy": "strict"},
+                meta={"guard_policy": policy},
             )
             w.write(tweak(e, r))
         w.close()
@@ -246,3 +246,14 @@ def test_gpu_checker_on_synthetic_results(tmp_path, capsys):
         return r if e.expected.problem != 5 else msgspec.structs.replace(r, solution_id="x")
 
     assert bench.main(["check", str(write("r6.jsonl", drop)), *L1]) == 3
+
+    # two separate runs under the two policies: each judged under its own, the 3% check between
+    # them (a solution strict rejects has a speed-up only under kernelbench: no ratio)
+    kb = write("kb.jsonl", scaled(1.01), policy="kernelbench")
+    assert any(e.expected.strict != e.expected.kernelbench for e in corpus.entries)
+    assert bench.main(["check", str(first), str(kb), "--json", str(js), *L1]) == 0
+    doc = json.loads(js.read_text())
+    assert doc["policy"] == "strict / kernelbench"
+    # strict's expectation applied to the kernelbench run is a mismatch
+    with pytest.raises(SystemExit, match="not --policy strict"):
+        bench.main(["check", str(first), str(kb), "--policy", "strict", *L1])

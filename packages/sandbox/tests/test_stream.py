@@ -1,6 +1,7 @@
 """`eval_stream` (what `sandbox eval` and `kernelbench-eval run` share) and `SandboxPool.map`'s
 window: input read only a window ahead; an evaluation that raises is emitted, or stops the
-stream after what was in flight, never reordering or losing the other results."""
+stream after what was in flight, never reordering or losing the other results; results written
+as each is done, so that a slow candidate holds back no other (``in_order``: input order)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from cuda_agent.records.jsonl import encode
 from cuda_agent.sandbox import SandboxConfig, SandboxPool
 from cuda_agent.sandbox.stream import eval_stream
 
-from .conftest import kb_candidate
+from .conftest import kb_candidate, workdir_candidate
 
 # PyTorch only: the strict guard policy rejects it before any process runs
 TORCH_OPS = (
@@ -34,8 +35,9 @@ def _cands(task, n):
     return [kb_candidate(task, TORCH_OPS + f"\n# stream {i}\n") for i in range(n)]
 
 
+@pytest.mark.parametrize("unordered", [False, True])
 @pytest.mark.parametrize("window", [1, 3])
-def test_map_reads_only_a_window_ahead_of_its_results(pool, scale_add_task, window):
+def test_map_reads_only_a_window_ahead_of_its_results(pool, scale_add_task, window, unordered):
     cands = _cands(scale_add_task, 8)
     pulled = []
 
@@ -46,10 +48,18 @@ def test_map_reads_only_a_window_ahead_of_its_results(pool, scale_add_task, wind
 
     ahead = []
     out = []
-    for r in pool.map(items(), window):
+    if unordered:
+        results = (
+            r for c, r in pool.map_unordered(items(), window) if c.solution.id == r.solution_id
+        )
+    else:
+        results = pool.map(items(), window)
+    for r in results:
         ahead.append(len(pulled) - len(out))  # candidates read but not yet yielded, this one too
         out.append(r)
-    assert [r.solution_id for r in out] == [c.solution.id for c in cands]
+    got = [r.solution_id for r in out]
+    want = [c.solution.id for c in cands]
+    assert (sorted(got) == sorted(want)) if unordered else (got == want)
     assert max(ahead) <= window, ahead
     assert all(r.status.value == "guard_violation" for r in out)
 
@@ -68,7 +78,9 @@ def test_a_raising_evaluation_is_emitted_or_stops_after_the_work_in_flight(
         return r
 
     out = tmp_path / "emit.jsonl"
-    st = eval_stream(pool, input=inp, output=out, on_error=OnError.emit, finish=finish, window=2)
+    st = eval_stream(
+        pool, input=inp, output=out, on_error=OnError.emit, finish=finish, window=2, in_order=True
+    )
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["kind"] for r in rows] == ["eval_result"] * 2 + ["error"] + ["eval_result"] * 5
     assert rows[2]["line"] == 3 and "RuntimeError: finish failed" in rows[2]["message"]
@@ -76,7 +88,15 @@ def test_a_raising_evaluation_is_emitted_or_stops_after_the_work_in_flight(
 
     out = tmp_path / "stop.jsonl"
     with pytest.raises(typer.Exit) as e:
-        eval_stream(pool, input=inp, output=out, on_error=OnError.stop, finish=finish, window=2)
+        eval_stream(
+            pool,
+            input=inp,
+            output=out,
+            on_error=OnError.stop,
+            finish=finish,
+            window=2,
+            in_order=True,
+        )
     assert e.value.exit_code == 1
     got = [json.loads(x)["solution_id"] for x in out.read_text().splitlines()]
     ids = [c.solution.id for c in cands]
@@ -86,3 +106,28 @@ def test_a_raising_evaluation_is_emitted_or_stops_after_the_work_in_flight(
     st = eval_stream(pool, input=inp, output=out, resume=True, window=2)
     got = [json.loads(x)["solution_id"] for x in out.read_text().splitlines()]
     assert sorted(got) == sorted(ids) and st.skipped_done == len(ids) - st.written
+
+
+def test_results_are_written_as_done_unless_in_order(
+    pool, scale_add_task, scale_add_files, warm_build, tmp_path
+):
+    """A candidate that is built, verified and run (seconds) first, then static rejects
+    (milliseconds): as done, the rejects are written before it; in order, after it."""
+    slow = workdir_candidate(scale_add_task, scale_add_files)
+    fast = _cands(scale_add_task, 4)
+    inp = tmp_path / "c.jsonl"
+    inp.write_bytes(b"".join(encode(c) for c in [slow, *fast]))
+    ids = [c.solution.id for c in [slow, *fast]]
+
+    def order(out):
+        return [json.loads(x)["solution_id"] for x in out.read_text().splitlines()]
+
+    as_done = tmp_path / "as-done.jsonl"
+    st = eval_stream(pool, input=inp, output=as_done, window=5)
+    got = order(as_done)
+    assert sorted(got) == sorted(ids) and st.written == 5
+    assert got[-1] == slow.solution.id, got  # written last, though read first
+    assert json.loads(as_done.read_text().splitlines()[-1])["status"] == "ok"
+    in_order = tmp_path / "in-order.jsonl"
+    eval_stream(pool, input=inp, output=in_order, window=5, in_order=True)
+    assert order(in_order) == ids

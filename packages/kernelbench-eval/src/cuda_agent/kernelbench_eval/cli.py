@@ -28,6 +28,7 @@ from cuda_agent.sandbox.stream import (
     CompileJobsOpt,
     CpuWorkersOpt,
     GpusOpt,
+    InOrderOpt,
     WindowOpt,
     WorkersPerGpuOpt,
 )
@@ -148,6 +149,7 @@ def run(
     compile_jobs: CompileJobsOpt = None,
     cpu_workers: CpuWorkersOpt = 1,
     window: WindowOpt = None,
+    in_order: InOrderOpt = False,
     guard_policy: Annotated[str, typer.Option(help="strict | kernelbench | off")] = "kernelbench",
     atol: Annotated[float, typer.Option(help="Absolute tolerance.")] = 1e-2,
     rtol: Annotated[float, typer.Option(help="Relative tolerance.")] = 1e-2,
@@ -171,7 +173,8 @@ def run(
     ] = True,
 ) -> None:
     """Evaluate Candidate records (from `solutions`) in the sandbox; write EvalResult records
-    carrying level, problem id, name and the guard policy (what `report` needs), in input order.
+    carrying level, problem id, name and the guard policy (what `report` needs), each as it is
+    done (`--in-order`: in input order).
 
     Candidates go through one sandbox pool concurrently, as in `sandbox eval`: --compile-jobs
     compile on the CPU ahead of the devices, --workers-per-gpu per GPU overlap their correctness
@@ -240,6 +243,7 @@ def run(
             shard=shard_t,
             claim=claim,
             window=window,
+            in_order=in_order,
             finish=finish,
             desc="kernelbench-eval run",
         )

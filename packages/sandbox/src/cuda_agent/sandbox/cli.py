@@ -24,7 +24,14 @@ from cuda_agent.records.cli_helpers import (
     parse_shard,
 )
 
-from .stream import CompileJobsOpt, CpuWorkersOpt, GpusOpt, WindowOpt, WorkersPerGpuOpt
+from .stream import (
+    CompileJobsOpt,
+    CpuWorkersOpt,
+    GpusOpt,
+    InOrderOpt,
+    WindowOpt,
+    WorkersPerGpuOpt,
+)
 
 app = typer.Typer(
     help="""Build, verify and time candidate CUDA kernels in isolated processes; agent workspaces.
@@ -102,6 +109,7 @@ def eval_cmd(
     cpu_workers: CpuWorkersOpt = 1,
     workers_per_gpu: WorkersPerGpuOpt = 2,
     window: WindowOpt = None,
+    in_order: InOrderOpt = False,
     rerun_alone: Annotated[
         bool,
         typer.Option(
@@ -144,7 +152,7 @@ def eval_cmd(
 ) -> None:
     """Evaluate candidates: ``sandbox eval < candidates.jsonl > results.jsonl``.
 
-    Each candidate record yields one eval_result record, in input order. Example:
+    Each candidate record yields one eval_result record, written as it is done (`--in-order`: in input order). Example:
 
         sandbox eval cands.jsonl -o results.jsonl --resume --gpus all --compile-jobs 4
     """
@@ -203,6 +211,7 @@ def eval_cmd(
             shard=shard_t,
             claim=claim,
             window=window,
+            in_order=in_order,
             desc="sandbox eval",
         )
 

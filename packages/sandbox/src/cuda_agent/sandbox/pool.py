@@ -7,6 +7,8 @@
         fut = pool.submit(candidate)                    # concurrent.futures.Future[EvalResult]
         for r in pool.map(candidates):                  # results in input order
             ...
+        for c, r in pool.map_unordered(candidates):     # (candidate, result) as each finishes
+            ...
 
 Each candidate is prepared (static guards, materialise, compile) by one of ``compile_workers``
 threads, then verified and timed by one of the device workers: ``workers_per_device`` per GPU
@@ -27,7 +29,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from cuda_agent.records import Candidate, EvalResult
@@ -200,6 +202,32 @@ class SandboxPool:
                 yield _value(pending.popleft(), return_exceptions)
         while pending:
             yield _value(pending.popleft(), return_exceptions)
+
+    def map_unordered(
+        self, items: Iterable[Any], window: int | None = None, *, return_exceptions: bool = False
+    ) -> Iterator[tuple[Any, Any]]:
+        """Like :meth:`map`, but yields ``(item, result)`` as each evaluation finishes, so that one
+        slow candidate holds back no other result. Items that are not ``Candidate`` come back at
+        once as ``(item, item)``. At most ``window`` candidates are in flight."""
+        w = window or self.default_window
+        pending: dict[Future[EvalResult], Any] = {}
+
+        def finished(block: bool) -> Iterator[tuple[Any, Any]]:
+            done = wait(pending, return_when=FIRST_COMPLETED).done if block else None
+            for f in list(done if done is not None else pending):
+                if f.done():
+                    yield pending.pop(f), _value(f, return_exceptions)
+
+        for item in items:
+            if not isinstance(item, Candidate):
+                yield item, item
+                continue
+            pending[self.submit(item)] = item
+            while len(pending) >= w:
+                yield from finished(block=True)
+            yield from finished(block=False)
+        while pending:
+            yield from finished(block=True)
 
     def close(self) -> None:
         """Finish queued work and stop the workers."""

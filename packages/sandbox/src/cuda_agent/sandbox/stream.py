@@ -3,11 +3,12 @@
 
 :func:`eval_stream` reads candidates lazily, keeps at most ``window`` of them in flight in the
 pool (compiles in its CPU pool ahead of the device workers; correctness phases overlapping on a
-device, timing alone on it) and writes one result per candidate in input order, with the CLI
-conventions of ``cuda_agent.records.cli_helpers``: ``-o FILE --resume`` (each result appended and
-flushed as one line; a candidate whose key is in FILE is skipped, so a killed run loses only what
-was in flight), ``--on-error``, ``--shard``, ``--claim``. Progress goes to stderr. The option
-types below are the flags both commands give the pool.
+device, timing alone on it) and writes one result per candidate as soon as it is done (or, with
+``--in-order``, in input order), with the CLI conventions of ``cuda_agent.records.cli_helpers``:
+``-o FILE --resume`` (each result appended and flushed as one line; a candidate whose key is in
+FILE is skipped, so a killed run loses only what was in flight), ``--on-error``, ``--shard``,
+``--claim``. Progress goes to stderr. The option types below are the flags both commands give
+the pool.
 """
 
 from __future__ import annotations
@@ -65,6 +66,16 @@ WindowOpt = Annotated[
     ),
 ]
 
+InOrderOpt = Annotated[
+    bool,
+    typer.Option(
+        "--in-order/--as-done",
+        help="Write results in input order (a slow candidate then holds back the results after "
+        "it, and a kill loses them) instead of each as soon as it is done (the default; results "
+        "are keyed by task and solution id).",
+    ),
+]
+
 
 @dataclass
 class EvalStats(StreamStats):
@@ -115,13 +126,15 @@ def eval_stream(
     shard: tuple[int, int] | None = None,
     claim: Path | None = None,
     window: int | None = None,
+    in_order: bool = False,
     finish: Callable[[Candidate, EvalResult], EvalResult] | None = None,
     desc: str = "eval",
     summary_every: int = 10,
 ) -> EvalStats:
     """Evaluate the Candidate records of ``input`` (stdin when None) through ``pool``, at most
     ``window`` in flight (default: the pool's), and write one EvalResult per candidate to
-    ``output`` (stdout when None) in input order, each line flushed as it is written.
+    ``output`` (stdout when None) as soon as it is done (``in_order``: in input order), each line
+    flushed as it is written.
     ``finish(candidate, result)`` may rewrite a result before it is written.
 
     With ``resume`` the candidates whose key is already in ``output`` are skipped. A malformed
@@ -145,7 +158,7 @@ def eval_stream(
         claims = Claims(claim)
     source = str(input) if input is not None else "<stdin>"
     stop: list[tuple[str, int]] = []  # the first stop: message, exit code
-    inflight: deque[tuple[int, Candidate]] = deque()  # line, candidate; in pool.map's order
+    inflight: deque[tuple[int, Candidate]] = deque()  # line, candidate; in input order
 
     def error_record(n: int, message: str, raw: bytes = b"") -> ErrorRecord:
         text = raw.decode(errors="replace")[:2000]
@@ -186,13 +199,31 @@ def eval_stream(
         f" workers per {'GPU' if pool.backend == 'cuda' else 'host'}={pool.workers_per_device}"
         f" compile workers={pool.compile_workers} window={window or pool.default_window}"
     )
+
+    def results() -> Iterator[tuple[int, Candidate, EvalResult | BaseException | ErrorRecord]]:
+        """(input line, candidate, result) as the pool gives them back."""
+        if in_order:
+            for res in pool.map(items(), window, return_exceptions=True):
+                if isinstance(res, ErrorRecord):
+                    yield 0, None, res  # type: ignore[misc]
+                else:
+                    yield *inflight.popleft(), res
+            return
+        for item, res in pool.map_unordered(items(), window, return_exceptions=True):
+            if isinstance(res, ErrorRecord):
+                yield 0, None, res  # type: ignore[misc]
+                continue
+            i = next(i for i, (_, c) in enumerate(inflight) if c is item)
+            n, cand = inflight[i]
+            del inflight[i]
+            yield n, cand, res
+
     with RecordWriter(output, append=True) as writer:
-        for res in pool.map(items(), window, return_exceptions=True):
+        for n, cand, res in results():
             if isinstance(res, ErrorRecord):  # a malformed line under --on-error emit
                 writer.write(res)
                 stats.written += 1
                 continue
-            n, cand = inflight.popleft()
             try:
                 if isinstance(res, BaseException):
                     raise res
