@@ -3,6 +3,7 @@ storage (the output floor counts what was really written), and a file appears wh
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from cuda_agent.profiler.sol import storage_bytes
@@ -48,3 +49,27 @@ def test_the_judge_never_follows_a_link_the_candidate_planted(tmp_path):
     _save_output(torch.ones(4), real)
     v, sketch = _judge_file(real, True, torch.ones(4), Tolerance(), "cpu", compare, {})
     assert v["passed"] and v["storage_bytes"] == 16 and torch.equal(sketch, torch.ones(4))
+
+
+@pytest.mark.gpu
+def test_device_outputs_go_through_reused_page_locked_buffers(tmp_path):
+    from cuda_agent.sandbox.runner import _STAGING
+
+    big = torch.randn(32 << 20, device="cuda")  # 128 MiB: staged
+    small = torch.randn(1000, device="cuda")  # plain copy
+    row = torch.rand(1 << 20, 1, device="cuda").expand(-1, 64)  # broadcast: its 4 MiB only
+    for trial in range(2):
+        x = big * (trial + 1)
+        f = tmp_path / f"out_{trial}.pt"
+        _save_output((x, small, row), f)
+        a, b, c = torch.load(f, weights_only=True, mmap=True)
+        assert torch.equal(a.cuda(), x) and torch.equal(b.cuda(), small)
+        assert torch.equal(c.cuda(), row) and storage_bytes(c) == (1 << 20) * 4
+        if trial == 0:
+            first = _STAGING.buffers[0]
+            assert first.is_pinned() and set(_STAGING.buffers) == {0}
+    assert _STAGING.buffers[0] is first  # the second trial reused the first's buffer
+    other = torch.randn(16 << 20, dtype=torch.float64, device="cuda")  # another shape and dtype
+    _save_output(other, tmp_path / "out_2.pt")
+    assert torch.equal(torch.load(tmp_path / "out_2.pt", weights_only=True).cuda(), other)
+    assert _STAGING.buffers[0].dtype == torch.float64
