@@ -50,7 +50,9 @@ def test_shards_partition_the_stream_and_bad_lines_are_emitted(tmp_path, cache_d
     bad.write_bytes(encode(cands[0]) + b"{not json\n" + encode(cands[1]))
     p = _eval(["--on-error", "emit", "--no-early-start"], bad, cache_dir)
     kinds = [json.loads(x)["kind"] for x in p.stdout.splitlines()]
-    assert p.returncode == 0 and kinds == ["eval_result", "error", "eval_result"], p.stderr[-2000:]
+    # written as each is done: the malformed line's error record need not wait for the others
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert sorted(kinds) == ["error", "eval_result", "eval_result"]
     p = _eval([], bad, cache_dir)
     assert p.returncode == 2 and "line 2" in p.stderr
     assert len(p.stdout.splitlines()) == 1  # the record before the bad line is not lost
