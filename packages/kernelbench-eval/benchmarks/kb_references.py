@@ -5,32 +5,39 @@ once, and its eager and ``torch.compile`` baselines through the profiler's own m
     python kb_references.py run --tasks tasks.jsonl -o refs.jsonl --resume     # any Task JSONL
     python kb_references.py table refs.jsonl --env env.txt --command "..." > docs/kernelbench-references.md
 
-Per problem (one JSON line, :class:`Row`):
-
-1. the *reference step*, a fresh process of this script: model and inputs (seed 1000, the
-   input pool's first set) on the device, one forward, synchronised (``ref_s``, input, output and
-   peak bytes); then ``torch.compile`` and its first call (``compile_s``: cold caches; this also
-   fills inductor's on-disk caches, so the baseline's own compile is mostly cache hits).
-2. the *baseline*: :func:`cuda_agent.profiler.baseline.baseline_for_task` (the function behind
-   ``profiler baseline``: its worker process, its protocol, its cache in
-   ``$CUDA_AGENT_CACHE/baselines``, reused by the sandbox for the same task and device).
+Per problem (one JSON line, :class:`Row`), one process: the profiler's baseline worker, through
+:func:`cuda_agent.profiler.baseline.baseline_for_task` (the function behind ``profiler baseline``:
+its worker process, its protocol, its cache in ``$CUDA_AGENT_CACHE/baselines``, reused by the
+sandbox for the same task and device), asked for its set-up figures (``report_setup``). In its
+set-up the worker builds the model (seed 0) and its input pool (seed 1000: the first set is the
+reference's input), runs the reference once on that first set, synchronised (``ref_s``, input and
+output bytes; on CUDA the memory peak since before the model and the pool were built, so the
+pool's other sets count), then ``torch.compile`` and its first call (``compile_s``; cold caches on
+a first run), and says so in one ``setup`` line; then it times eager and compiled (``paired``).
+A cache hit runs no worker: the row then has no set-up figures (None). ``--no-precompile`` leaves
+``compile_s`` out of the rows (the worker compiles anyway: its baseline is eager and compiled);
+``--compile-mode none``: no compile at all, eager only.
 
 Several problems run at once (``--jobs``): their start-up, model building and compiles overlap,
 but every *timed* section is exclusive. The profiler's worker is started through a launcher (this
 script, ``_locked-worker``) that holds one ``flock`` (``--lock``) around each call of
 ``cuda_agent.profiler.timing.paired``, the entry of every timed section of the protocol
-(``measure`` goes through it); the reference step's forward takes the same lock. What may still
-overlap a timed section is other problems' set-up on the device: model and input creation and
+(``measure`` goes through it). The reference's one forward (``ref_s``) is set-up, not a timed
+section of the protocol, and runs outside the lock. What may still overlap a timed section is
+other problems' set-up on the device: model and input creation, the reference's forward and
 ``torch.compile``'s first call (incl. Triton's config benchmarking), plus their CPU load. That is
 the compromise; ``--jobs 1`` is the strict protocol, one problem at a time. GPU memory is
 budgeted: a problem waits (first come, first served) until its estimate (from its inputs and
 parameters drawn on the ``meta`` device) fits beside the running ones.
 
-Errors are classified: ``error_class`` ``problem`` (the reference raises; ``torch.compile`` cannot
-compile it; the reference step or worker times out; out of memory with the device to itself)
-or ``infra`` (the harness's own failure: out of memory or a kill while sharing the device, no
-space left, the harness failing to start, a module the environment lacks, the timing failing on a reference
-whose forward ran).
+Errors are classified: ``error_class`` ``problem`` (the reference raises in its set-up: loading,
+building or its forward, ``ref_error``; ``torch.compile`` cannot compile it, ``compile_error``
+with eager kept; the worker times out; out of memory with the device to itself) or ``infra`` (the
+harness's own failure: out of memory or a kill while sharing the device, no space left, the
+worker failing before torch imported, a module the environment lacks, the timing failing on a
+reference whose set-up, forward included, ran). A worker that times out or dies in its set-up
+without a message (before its ``setup`` line) is run once more without ``torch.compile``: if that
+one succeeds, the compile was the culprit (``compile_error``, eager kept), else its row stands.
 Out-of-memory and killed problems are run again at the end, alone. ``--resume`` skips every
 problem with a row except infra errors (and the statuses given to ``--redo``).
 """
@@ -48,7 +55,6 @@ import re
 import shlex
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -83,9 +89,9 @@ class Row(msgspec.Struct, kw_only=True):
     error: str | None = None
     input_bytes: int | None = None
     output_bytes: int | None = None
-    peak_bytes: int | None = None  # device memory peak of the reference step's forward
+    peak_bytes: int | None = None  # device memory peak of the worker's set-up, its forward incl.
     ref_s: float | None = None  # the reference's one forward, synchronised
-    compile_s: float | None = None  # torch.compile + first call in the reference step
+    compile_s: float | None = None  # torch.compile + first call in the worker's set-up
     eager_ms: float | None = None  # baseline medians (profiler protocol)
     compile_ms: float | None = None
     eager_flags: list[str] = []
@@ -94,7 +100,7 @@ class Row(msgspec.Struct, kw_only=True):
     baseline_s: float | None = None  # baseline_for_task's wall time (incl. lock waits)
     timed_s: float | None = None  # seconds its worker held the timing lock
     lock_wait_s: float | None = None  # seconds its worker waited for the lock
-    seconds: float = 0.0  # the whole problem, reference step included
+    seconds: float = 0.0  # the whole problem (memory budget wait, estimate and worker)
     retried_alone: bool = False
     device: str = ""
     protocol: str = ""
@@ -161,11 +167,6 @@ def _lock(path: str | None, acc: dict[str, float] | None = None):
                 acc["n"] = acc.get("n", 0) + 1
 
 
-def _emit(d: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(d) + "\n")
-    sys.stdout.flush()
-
-
 def locked_worker(argv: list[str]) -> None:
     """The profiler's worker (``-m cuda_agent.profiler.worker``) with every call of
     ``timing.paired`` held under ``$KB_REFS_TIMING_LOCK``; appends the seconds waited and held
@@ -200,92 +201,6 @@ def locked_worker(argv: list[str]) -> None:
             fd = os.open(stats, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             os.write(fd, line.encode())
             os.close(fd)
-
-
-def ref_child() -> int:
-    """The reference step (request JSON on stdin, JSON lines on stdout): ``start`` once the
-    harness imported, ``ref`` after the forward, ``compiled`` after torch.compile's first call,
-    ``error`` with the ``phase`` that failed."""
-    _die_with_parent()
-    req = json.loads(sys.stdin.read())
-    import torch
-
-    from cuda_agent.profiler.baseline import load_reference, tensor_bytes
-
-    device = req["device"]
-    cuda = device.startswith("cuda")
-    _emit({"stage": "start"})
-
-    def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize()
-
-    phase = "load"
-    try:
-        prog = load_reference(req["ref_code"])
-        phase = "forward"
-        with _lock(req.get("lock")):
-            if cuda:
-                torch.cuda.reset_peak_memory_stats()
-            model = prog.make_model(device=device, seed=0)
-            inputs = prog.make_inputs(device=device, seed=int(req.get("seed", 1000)))
-            sync()
-            t = time.perf_counter()
-            with torch.no_grad():
-                out = model(*inputs)
-            sync()
-            ref_s = time.perf_counter() - t
-        d: dict[str, Any] = {
-            "stage": "ref",
-            "ref_s": ref_s,
-            "input_bytes": tensor_bytes(inputs),
-            "output_bytes": tensor_bytes(out),
-        }
-        if cuda:
-            d["peak_bytes"] = int(torch.cuda.max_memory_allocated())
-        _emit(d)
-        del out
-        if req.get("compile"):
-            phase = "compile"
-            t = time.perf_counter()
-            compiled = torch.compile(model)
-            with torch.no_grad():
-                compiled(*inputs)
-            sync()
-            _emit({"stage": "compiled", "compile_s": time.perf_counter() - t})
-    except Exception as e:  # noqa: BLE001 - the parent classifies it
-        _emit({"stage": "error", "phase": phase, "message": f"{type(e).__name__}: {e}"[:2000]})
-        return 1
-    return 0
-
-
-def _run_child(req: dict[str, Any], timeout_s: float) -> tuple[list[dict[str, Any]], str | None]:
-    """This script's reference step in a new process group: (its JSON lines, error or None)."""
-    p = subprocess.Popen(
-        [sys.executable, str(HERE), "_ref-child"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    err = None
-    try:
-        out, errb = p.communicate(json.dumps(req).encode(), timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGKILL)
-        out, errb = p.communicate()
-        err = f"timeout after {timeout_s:.0f}s"
-    lines = []
-    for ln in out.decode(errors="replace").splitlines():
-        with contextlib.suppress(json.JSONDecodeError):
-            if ln.startswith("{"):
-                lines.append(json.loads(ln))
-    if err is None and p.returncode != 0 and not any(d.get("stage") == "error" for d in lines):
-        tail = [x for x in errb.decode(errors="replace").splitlines() if x.strip()]
-        sig = f"signal {-p.returncode}" if p.returncode < 0 else str(p.returncode)
-        err = f"reference step exited with {sig}" + (f": {tail[-1][:300]}" if tail else "")
-    return lines, err
 
 
 # ---------------------------------------------------------------- scheduling
@@ -404,68 +319,19 @@ class Runner:
                         found = d
         return found
 
-    def one(self, task: Task, alone: bool) -> Row:
+    def one(self, task: Task, alone: bool, eager_only: bool = False) -> Row:
+        """The row of ``task``: one baseline worker (``eager_only``: without ``torch.compile``)."""
         from cuda_agent.profiler.baseline import baseline_for_task, cached_baseline, task_hash
 
         t0 = time.monotonic()
+        mode = None if eager_only else self.compile_mode
         est = estimate_bytes_locked(task) or self.default_share
+        seen: dict[str, dict[str, Any]] = {}  # the worker's first line of each stage
+
+        def on_line(d: dict[str, Any]) -> None:
+            seen.setdefault(str(d.get("stage")), d)
+
         with self.budget.hold(0 if alone else est):
-            lines, err = _run_child(
-                {
-                    "ref_code": task.ref_code,
-                    "device": self.device,
-                    "seed": 1000,
-                    "compile": self.precompile and self.compile_mode is not None,
-                    "lock": self.lock,
-                },
-                self.timeout,
-            )
-            st = {d["stage"]: d for d in lines if "stage" in d}
-            ref, comp = st.get("ref", {}), st.get("compiled", {})
-            fields: dict[str, Any] = {
-                k: ref.get(k) for k in ("input_bytes", "output_bytes", "peak_bytes", "ref_s")
-            }
-            fields["compile_s"] = comp.get("compile_s")
-            fields["retried_alone"] = alone
-            e = st.get("error")
-            if "ref" not in st:  # the reference did not run: why?
-                msg = (e or {}).get("message") or err or "reference step printed nothing"
-                kind = infra_kind(msg)
-                if "start" not in st and kind is None and err is None:
-                    kind = "harness"  # the process died before the harness imported
-                if kind == "out_of_memory" and alone:
-                    return self.row(
-                        task,
-                        status="out_of_memory",
-                        error_class="problem",
-                        error=msg,
-                        seconds=time.monotonic() - t0,
-                        **fields,
-                    )
-                if kind is not None:
-                    return self.row(
-                        task,
-                        status="infra_error",
-                        error_class="infra",
-                        error=f"{kind}: {msg}",
-                        seconds=time.monotonic() - t0,
-                        **fields,
-                    )
-                status = "timeout" if err and err.startswith("timeout") else "ref_error"
-                return self.row(
-                    task,
-                    status=status,
-                    error_class="problem",
-                    error=msg,
-                    seconds=time.monotonic() - t0,
-                    **fields,
-                )
-            mode, compile_note = self.compile_mode, None
-            if e is not None or err:  # the forward ran; torch.compile failed or hung: eager only
-                fields["compile_s"] = None
-                compile_note = "reference step: " + ((e or {}).get("message") or err or "?")
-                if infra_kind(compile_note) is None:
-                    mode = None
             cached = cached_baseline(task, device=self.device, compile_mode=mode)
             tb = time.monotonic()
             b = baseline_for_task(
@@ -475,8 +341,17 @@ class Runner:
                 timeout_s=self.timeout,
                 config=self.timing,
                 recompute=self.recompute,
+                report_setup=True,
+                on_line=on_line,
             )
-            fields["baseline_s"] = time.monotonic() - tb
+            baseline_s = time.monotonic() - tb
+        setup = seen.get("setup", {})
+        fields: dict[str, Any] = {
+            k: setup.get(k) for k in ("input_bytes", "output_bytes", "peak_bytes", "ref_s")
+        }
+        fields["compile_s"] = setup.get("compile_s") if self.precompile else None
+        fields["retried_alone"] = alone
+        fields["baseline_s"] = baseline_s
         fields["baseline_cached"] = cached is not None and not self.recompute
         ls = {} if fields["baseline_cached"] else self.lock_stats(task_hash(task))
         fields["timed_s"] = ls.get("held_s")
@@ -488,58 +363,44 @@ class Runner:
             fields["compile_ms"] = b.compile.median_ms
             fields["compile_flags"] = list(b.compile.flags)
         secs = time.monotonic() - t0
-        if b.error is None and mode is None and self.compile_mode is not None:
+
+        def row(status: str, error_class: str | None = None, error: str | None = None) -> Row:
             return self.row(
-                task,
-                status="compile_error",
-                error_class="problem",
-                error=f"torch.compile failed in the {compile_note}"[:2000],
-                seconds=secs,
-                **fields,
+                task, status=status, error_class=error_class, error=error, seconds=secs, **fields
             )
-        if b.error is None:
-            return self.row(task, status="ok", seconds=secs, **fields)
+
+        if b.error is None:  # measured now, or a cache hit (no worker ran: no set-up figures)
+            return row("ok")
+        # an error line replaces the timeout in b.error (torch.compile failed, then the timing
+        # hung): a worker that ran for its whole timeout timed out
+        timed_out = b.error.startswith("timeout") or baseline_s >= self.timeout
         kind = infra_kind(b.error)
+        if "info" not in seen and kind is None and not timed_out:
+            kind = "harness"  # the worker died before torch imported (its first line)
         if kind == "out_of_memory" and alone:
-            return self.row(
-                task,
-                status="out_of_memory",
-                error_class="problem",
-                error=b.error,
-                seconds=secs,
-                **fields,
-            )
+            return row("out_of_memory", "problem", b.error)
         if kind is not None:
-            return self.row(
-                task,
-                status="infra_error",
-                error_class="infra",
-                error=f"{kind}: {b.error}",
-                seconds=secs,
-                **fields,
+            return row("infra_error", "infra", f"{kind}: {b.error}")
+        if "setup" not in seen and "error" not in seen and mode is not None:
+            # timed out or died in its set-up without a message: in the reference (loading,
+            # building, its forward) or in torch.compile? A worker without the compile tells.
+            r = self.one(task, alone, eager_only=True)
+            secs = time.monotonic() - t0
+            if r.status != "ok":  # the reference's own failure
+                return msgspec.structs.replace(r, seconds=secs)
+            note = f"torch.compile failed (in the worker's set-up): {b.error}"[:2000]
+            return msgspec.structs.replace(
+                r, status="compile_error", error_class="problem", error=note, seconds=secs
             )
+        if "setup" not in seen:  # the reference raised (loading, building, its forward) or hung
+            return row("timeout" if timed_out else "ref_error", "problem", b.error)
         if b.eager is not None and b.error.startswith("torch.compile failed"):
-            return self.row(
-                task,
-                status="compile_error",
-                error_class="problem",
-                error=b.error,
-                seconds=secs,
-                **fields,
-            )
-        if b.error.startswith("timeout"):
-            return self.row(
-                task, status="timeout", error_class="problem", error=b.error, seconds=secs, **fields
-            )
-        # the reference's forward ran in the reference step: a failing timing is the harness's
-        return self.row(
-            task,
-            status="infra_error",
-            error_class="infra",
-            error=f"timing: {b.error}",
-            seconds=secs,
-            **fields,
-        )
+            return row("compile_error", "problem", b.error)
+        if timed_out:
+            return row("timeout", "problem", b.error)
+        # the reference's set-up (its forward incl.) ran in the worker: a failing timing is the
+        # harness's
+        return row("infra_error", "infra", f"timing: {b.error}")
 
 
 # ---------------------------------------------------------------- run
@@ -607,9 +468,9 @@ def run(
     device: Annotated[str, typer.Option(help="cuda, cuda:N or cpu.")] = "cuda",
     compile_mode: Annotated[str, typer.Option(help="torch.compile mode or none.")] = "default",
     precompile: Annotated[
-        bool, typer.Option(help="torch.compile in the reference step (compile_s; warms caches).")
+        bool, typer.Option(help="Record compile_s (torch.compile + first call in the worker).")
     ] = True,
-    timeout: Annotated[float, typer.Option(help="Seconds per step and problem.")] = 600.0,
+    timeout: Annotated[float, typer.Option(help="Seconds per worker (set-up and timing).")] = 600.0,
     time_cap: Annotated[float | None, typer.Option(help="Protocol time_cap_s.")] = None,
     warmup_ms: Annotated[float | None, typer.Option(help="Protocol warmup_ms.")] = None,
     target_rse: Annotated[float | None, typer.Option(help="Protocol target_rse.")] = None,
@@ -624,7 +485,8 @@ def run(
     ] = None,
     deadline_s: Annotated[float | None, typer.Option(help="Start no problem after this.")] = None,
 ) -> None:
-    """Run the reference step and the baselines of every problem; one Row per line in -o."""
+    """Run the baseline worker (reference forward, eager and compiled) of every problem; one Row
+    per line in -o."""
     from cuda_agent.profiler import baseline as B
     from cuda_agent.profiler.config import PROTOCOL_VERSION, TimingConfig
 
@@ -791,8 +653,8 @@ def render(rows: list[Row], env: list[str], command: str, title: str) -> str:
         "",
         "`eager ms` / `compile ms`: the profiler's baseline medians (`profiler baseline`, paired, "
         "L2 flushed); `ref s`: the reference's one forward; `compile s`: `torch.compile` and its "
-        "first call with cold caches; `s`: the problem's wall time in this run (reference step "
-        "and baseline; problems overlapped).",
+        "first call (cold caches on a first run); `s`: the problem's wall time in this run (its "
+        "baseline worker, set-up included; problems overlapped).",
         "",
         "| level | problems | ok | compile_error | problem errors | infra errors | geomean eager/compile "
         "| eager ms (median) | timed s (sum) | compile s (sum) |",
@@ -873,7 +735,5 @@ def table(
 if __name__ == "__main__":
     if sys.argv[1:2] == ["_locked-worker"]:
         locked_worker(sys.argv[2:])
-    elif sys.argv[1:2] == ["_ref-child"]:
-        sys.exit(ref_child())
     else:
         app()

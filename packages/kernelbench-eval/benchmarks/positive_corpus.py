@@ -123,7 +123,9 @@ def _policies(runs: list[dict[str, EvalResult]], given: str | None) -> list[str]
                 raise SystemExit(f"run {i} was run under {sorted(seen)}, not --policy {given}")
             out.append(given)
         elif len(seen) != 1 or not seen <= {"strict", "kernelbench"}:
-            raise SystemExit(f"run {i}'s results carry guard policies {sorted(seen)}: give --policy")
+            raise SystemExit(
+                f"run {i}'s results carry guard policies {sorted(seen)}: give --policy"
+            )
         else:
             out.append(seen.pop())
     return out

@@ -375,11 +375,17 @@ def baseline_for_task(
     setup: Callable[[], Any] | None = None,
     hold: Callable[[], Any] | None = None,
     env: dict[str, str] | None = None,
+    report_setup: bool = False,
+    on_line: Callable[[dict[str, Any]], Any] | None = None,
 ) -> Baseline:
     """Eager (and ``torch.compile`` unless ``compile_mode`` is None) times of a task's reference.
     ``setup``/``hold``: context-manager factories around the worker's set-up and its timing
     (:func:`run_worker`), e.g. a device gate held shared, then exclusive. ``env``: the worker's
     environment, whose CUDA_VISIBLE_DEVICES also names the device of the cache key.
+    ``report_setup``: ask the worker for its ``setup`` line (the reference's one forward, its
+    bytes, the compile's seconds: :mod:`cuda_agent.profiler.worker`); ``on_line``: called with
+    each JSON line the worker printed, in order, once it ended (never on a cache hit: no worker
+    runs). Neither changes the result or its cache key.
 
     Runs in a fresh subprocess with a timeout (compile can hang or crash): the model is
     compiled and called once, then eager is measured, then eager and compiled interleaved; if
@@ -405,8 +411,13 @@ def baseline_for_task(
         "config": (config or TimingConfig()).to_dict(),
         "seed": seed,
     }
+    if report_setup:
+        request["report_setup"] = True
     t0 = time.monotonic()
     lines, err, tail = run_worker(request, timeout_s=timeout_s, setup=setup, hold=hold, env=env)
+    if on_line is not None:
+        for d in lines:
+            on_line(d)
     eager = compiled = eager_plain = compile_plain = None
     wname, wver = dname, tver
     for d in lines:

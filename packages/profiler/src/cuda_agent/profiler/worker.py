@@ -2,18 +2,30 @@
 prints JSON lines on stdout as results become available (so a timeout keeps partial results).
 
 Requests (one JSON line on stdin): ``{"op": "baseline", "ref_code", "device", "compile_mode",
-"config", "seed", "handshake"}``. With ``handshake`` the worker sets up (model, inputs,
-``torch.compile`` and its first call), prints ``{"stage": "ready"}`` and times only after the
-parent writes ``go`` (the parent takes the device's exclusive hold in between).
-Lines: ``{"stage": "info"|"eager"|"paired"|"nograph"|"error", ...}``. A baseline replayed from
-CUDA graphs is timed once more without them (``nograph``): the figure a candidate whose graph
+"config", "seed", "handshake", "report_setup"}``. With ``handshake`` the worker sets up (model,
+inputs, ``torch.compile`` and its first call), prints ``{"stage": "ready"}`` and times only after
+the parent writes ``go`` (the parent takes the device's exclusive hold in between).
+Lines: ``{"stage": "info"|"setup"|"eager"|"paired"|"nograph"|"error", ...}``. A baseline replayed
+from CUDA graphs is timed once more without them (``nograph``): the figure a candidate whose graph
 does not replay its work (default-stream kernels, ``cuda_graph_inert``) is compared with.
+
+With ``report_setup`` (optional, default off) the set-up also runs the model once eagerly on the
+pool's first input set (synchronised, before ``torch.compile``) and, once the model is compiled
+(before the kernel tracer's set-up and ``ready``), prints ``{"stage": "setup", "input_bytes",
+"output_bytes", "peak_bytes", "ref_s", "compile_s"}``: bytes of that input set and of its output;
+on CUDA ``torch.cuda.max_memory_allocated`` after that forward (peak statistics reset before the
+model and the input pool are built, so the pool's other sets count), else None; the forward's
+seconds; the seconds of ``torch.compile`` plus its first call (synchronised; None without a compile
+mode or when it failed: its ``error`` line comes first). A reference whose set-up raises (loading,
+building, that forward) prints the ``error`` line and no ``setup`` line. Without the key the
+worker does neither.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -28,7 +40,7 @@ def _emit(d: dict[str, Any]) -> None:
 def _baseline(req: dict[str, Any]) -> int:
     import torch
 
-    from .baseline import device_name, load_reference, make_input_pool
+    from .baseline import device_name, load_reference, make_input_pool, tensor_bytes
     from .config import TimingConfig
     from .timing import F_GRAPH, measure, paired, warm_kernel_trace
 
@@ -42,23 +54,55 @@ def _baseline(req: dict[str, Any]) -> int:
             "torch_version": str(torch.__version__),
         }
     )
+    report = bool(req.get("report_setup"))
+    cuda = device.startswith("cuda")
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    if report and cuda:
+        torch.cuda.reset_peak_memory_stats(device)
     ref = load_reference(req["ref_code"])
     model = ref.make_model(device=device, seed=seed)
     pool = make_input_pool(ref, device, seed=seed + 1000)
+    setup: dict[str, Any] = {}
+    if report:
+        # the reference's one forward (not a timed section: it is set-up, like compile's first call)
+        sync()
+        t = time.perf_counter()
+        with torch.no_grad():
+            out = model(*pool[0])
+        sync()
+        setup = {
+            "stage": "setup",
+            "input_bytes": tensor_bytes(pool[0]),
+            "output_bytes": tensor_bytes(out),
+            "peak_bytes": int(torch.cuda.max_memory_allocated(device)) if cuda else None,
+            "ref_s": time.perf_counter() - t,
+            "compile_s": None,
+        }
+        del out
     mode = req.get("compile_mode")
     compiled = None
     if mode is not None:
         # compiled (and its first call run) before any timing: with the handshake, outside the
         # device's exclusive hold (10-30 s of mostly CPU work per task)
         try:
+            t = time.perf_counter()
             compiled = torch.compile(model, mode=None if mode == "default" else mode)
             with torch.no_grad():
                 compiled(*pool[0])
+            if report:
+                sync()
+                setup["compile_s"] = time.perf_counter() - t
         except Exception as e:  # noqa: BLE001 - reported, eager is kept
             compiled = None
             msg = f"torch.compile failed: {type(e).__name__}: {e}"[:2000]
             _emit({"stage": "error", "message": msg})
-    if cfg.trace_check and device.startswith("cuda"):
+    if report:
+        _emit(setup)
+    if cfg.trace_check and cuda:
         warm_kernel_trace()  # the tracer's seconds of set-up, before (outside) the exclusive hold
     if req.get("handshake"):
         _emit({"stage": "ready"})
