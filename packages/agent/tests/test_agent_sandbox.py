@@ -139,6 +139,7 @@ def test_scripted_policy_solves_cpu_task(tmp_path, env, tok):
     assert "Submit" in calls
     assert t.eval_result is not None and str(t.eval_result.status) == "ok", t.eval_result
     assert t.reward >= 1.0, t.reward_reason
+    assert t.eval_result.meta.get("worker") == "cpu0"  # evaluated in the environment's pool
     assert set(t.solution.files) >= {"model_new.py", "kernels/relu.cpp", "kernels/relu_binding.cpp"}
     assert not any("example_axpby" in f for f in t.solution.files)  # what the agent removed
     # the record is valid JSONL and replays
@@ -161,3 +162,4 @@ def test_rule_breaking_policy_is_rejected(tmp_path, env, tok):
         t.eval_result.message,
     )
     assert t.reward == -1.0
+    assert t.eval_result.meta.get("worker") == "cpu0"  # evaluated in the environment's pool

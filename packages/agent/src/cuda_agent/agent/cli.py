@@ -84,6 +84,10 @@ def rollout(
     concurrency: Annotated[
         int, typer.Option(help="Episodes run together (one batched generation per turn).")
     ] = 4,
+    tool_workers: Annotated[
+        int,
+        typer.Option(help="Tool calls of different episodes run in parallel (1: one at a time)."),
+    ] = 8,
     mode: Annotated[str, typer.Option(help="multi-turn | single-turn")] = "multi-turn",
     max_turns: Annotated[int, typer.Option(help="Turn limit of an episode.")] = 200,
     max_new_tokens: Annotated[int, typer.Option(help="Token limit of one turn.")] = 4096,
@@ -105,12 +109,15 @@ def rollout(
 ) -> None:
     """Run episodes of a policy on tasks; write one Trajectory record per episode.
 
+    An episode whose model request, tool or evaluation raised is written too, with the failure in
+    meta.error; the exit status is then 3 (0: no episode failed; 2: bad options or input).
+
     Example: agent rollout --policy smollm2 --tasks tasks.jsonl --samples 2 -o traj.jsonl --resume
     """
     from cuda_agent.sandbox.config import SandboxConfig
 
     from .env import SandboxEnv
-    from .episode import EpisodeConfig, EpisodeRunner, trajectory_id
+    from .episode import EpisodeConfig, EpisodeRunner, episode_error, trajectory_id
 
     if mode not in ("multi-turn", "single-turn"):
         raise typer.BadParameter("--mode must be multi-turn or single-turn")
@@ -151,18 +158,27 @@ def rollout(
         max_context_tokens=max_context,
         evaluate=not no_eval,
         include_skill=not no_skill,
+        tool_workers=max(1, tool_workers),
     )
     runner = EpisodeRunner(pol, env, cfg, workdir)
-    with RecordWriter(output) as w:
+    failed = 0
+    with env, RecordWriter(output) as w:
         for k in range(0, len(todo), max(1, concurrency)):
             chunk = todo[k : k + max(1, concurrency)]
             for traj in runner.run(chunk):
                 w.write(traj)
-                log(
+                err = episode_error(traj)
+                line = (
                     f"  {traj.task.name} #{traj.meta['sample']}: {traj.stop_reason}, "
                     f"{traj.counters.get('turns', 0)} turns, reward {traj.reward:+g}"
                 )
-    log(f"rollout: {w.count} trajectories written")
+                if err is not None:
+                    failed += 1
+                    line += f", FAILED ({err['stage']}): {err['type']}: {err['message'][:200]}"
+                log(line)
+    log(f"rollout: {w.count} trajectories written, {failed} failed")
+    if failed:
+        raise typer.Exit(3)
 
 
 def render(t: Trajectory, width: int = 100) -> str:
@@ -177,6 +193,11 @@ def render(t: Trajectory, width: int = 100) -> str:
         f" (policy {sum(t.loss_mask)})"
     )
     lines.append("counters: " + ", ".join(f"{k}={v}" for k, v in sorted(t.counters.items())))
+    err = t.meta.get("error")
+    if isinstance(err, dict):
+        lines.append(
+            f"FAILED ({err.get('stage')}): {err.get('type')}: {str(err.get('message'))[:500]}"
+        )
     if t.eval_result is not None:
         r = t.eval_result
         lines.append(f"eval: {r.status} {r.message[:200]}  speed-up vs eager {r.speedup_vs_eager}")

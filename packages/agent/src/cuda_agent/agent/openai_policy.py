@@ -77,7 +77,8 @@ class OpenAIPolicy:
                 last = RuntimeError(f"HTTP {e.code}: {body}")
             except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
                 last = e
-            time.sleep(min(2**attempt, 30))
+            if attempt < self.retries:  # no wait after the last try
+                time.sleep(min(2**attempt, 30))
         raise RuntimeError(f"{self.base_url}: no answer after {self.retries + 1} tries: {last}")
 
     def chat(self, messages: list[dict[str, Any]]) -> ChatReply:

@@ -174,7 +174,8 @@ def _rollout(
     shutil.rmtree(ws, ignore_errors=True)
     actor.eval()
     t0 = time.monotonic()
-    trajs = EpisodeRunner(policy, env, ecfg, ws).run(jobs)
+    with env:  # the step's evaluation pool is closed with its rollouts
+        trajs = EpisodeRunner(policy, env, ecfg, ws).run(jobs)
     wall = time.monotonic() - t0
     actor.train()
     from cuda_agent.reward import RewardConfig, apply
