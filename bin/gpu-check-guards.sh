@@ -20,6 +20,6 @@ LOG="$OUT/log.txt"
   nvidia-smi --query-gpu=name,driver_version --format=csv
   $PY -c "import torch; print('torch', torch.__version__, torch.version.cuda)"
 } 2>&1 | tee -a "$LOG"
-GUARDS_GPU_BENCH=1 timeout ${PYTEST_TIMEOUT:-420} $PY -m pytest -o addopts=--import-mode=importlib -p no:cacheprovider -q -s -rA \
+timeout ${PYTEST_TIMEOUT:-420} $PY -m pytest -o addopts=--import-mode=importlib -p no:cacheprovider -q -s -rA \
   --junitxml "$OUT/junit.xml" packages/guards/tests/adversarial/test_gpu.py 2>&1 | tee -a "$LOG"
 echo "exit ${PIPESTATUS[0]}" | tee -a "$LOG"

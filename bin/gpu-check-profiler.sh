@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Acceptance measurements of cuda_agent.profiler on a GPU (see docs/benchmarks-profiler.md).
+# Acceptance measurements of cuda_agent.profiler on a GPU (see docs/lab/history/benchmarks-profiler.md).
 #
 # Run from the repository root on the GPU machine (python3 with torch; msgspec on PYTHONPATH):
 #   OUT=/tmp/prof bash bin/gpu-check-profiler.sh            # everything

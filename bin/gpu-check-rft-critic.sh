@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU acceptance run of `rft train` and `critic pretrain` (one device call; docs/benchmarks-rft-critic.md).
+# GPU acceptance run of `rft train` and `critic pretrain` (one device call; docs/lab/history/benchmarks-rft-critic.md).
 # Run from the repo root on the GPU machine; writes logs, metrics and report.json under $OUT.
 #   device: run(command="COMMIT=$(git rev-parse HEAD) bash bin/gpu-check-rft-critic.sh", carry=[".whl"])
 # .whl/ holds msgspec (cp312) and .whl/rft/ the DeepSpeed wheel built here (uv build) and the

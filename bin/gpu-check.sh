@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every GPU acceptance run of the project, in sections, for one device call (docs/benchmarks.md).
+# Every GPU acceptance run of the project, in sections, for one device call (docs/lab/history/benchmarks.md).
 # Run from the repo root on the GPU machine; sections write under $WORK/<section>/ (default
 # /tmp/gc), packed at the end into $OUT/results.tgz (the device tool returns at most 8 files).
 #
@@ -101,7 +101,7 @@ sec_tool-compile() {  # the agent's compile tool vs load() as whole processes, k
     python3 tool_compile_ab.py ${TOOL_ROUNDS:-6} cuda ) > "$1/tool_compile_ab.json"
   cat "$1/tool_compile_ab.json"
 }
-sec_gen-probe() {  # why the first generate calls of a process are slow on the GPU (docs/benchmarks-ppo.md)
+sec_gen-probe() {  # why the first generate calls of a process are slow on the GPU (docs/lab/history/benchmarks-ppo.md)
   local v
   for v in "bf16 off" "bf16 on" "fp32 off"; do  # the fix, torch's default (cuDNN attention), fp32
     set -- "$1" $v

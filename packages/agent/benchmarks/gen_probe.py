@@ -1,7 +1,7 @@
 """Why is the first generation of a fresh process slow on the GPU? A probe for one device call.
 
 On the H200 a PPO step's generation took 100 s, then 30 s, then 7 s for the same work
-(docs/benchmarks-ppo.md); on the CPU every call costs the same. This script repeats the same
+(docs/lab/history/benchmarks-ppo.md); on the CPU every call costs the same. This script repeats the same
 lock-step batched generation (``HFPolicy.generate``, the tiny random-weight model, contexts as long
 as an episode's SKILL.md prompt) several times in one process and records, per call: wall time,
 CUDA-synchronised time, torch.compile activity (dynamo counters), the cache class transformers

@@ -1,4 +1,4 @@
-"""Turn the agent GPU check's JSON into a Markdown section for docs/benchmarks-agent.md.
+"""Turn the agent GPU check's JSON into a Markdown section for docs/lab/history/benchmarks-agent.md.
 
 Usage: python to_md.py OUT_DIR/agent [--command "bash bin/gpu-check-agent.sh"] > section.md
 OUT_DIR/agent holds agent_gpu.json and env.txt (written by bin/gpu-check-agent.sh).

@@ -76,7 +76,7 @@ def _result(c, status, message, **kw):
     )
 
 
-def test_summary_tables():
+def test_summary_tables(md_row):
     _, cands, issues = cudal1.to_candidates(CORPUS)
     assert issues == []
     a, b = cands
@@ -95,17 +95,17 @@ def test_summary_tables():
     )
     md = cudal1.render(cands, [gv], {}, [], "")
     assert "1 of 2 lines have a verdict: **1 not yet**." in md
-    assert "| L2/4 | (no verdict) | | | | 3.25 |" in md
+    assert md_row(md, "L2/4", "(no verdict)", "", "", "", "3.25")
     env = ["Tue Dec  1 14:00:00 UTC 2026", "commit 1234abc", "0, NVIDIA H200, 9.0"]
     md = cudal1.render(cands, [gv, ok], {}, env, "bash bin/gpu-check-kernelbench.sh")
     assert "2 of 2 lines have a verdict." in md and "commit `1234abc`" in md
     from cuda_agent.guards import CHECKS
 
     words = cudal1._words(CHECKS["G-NO-KERNEL"].description, 8)
-    assert f"| guard_violation | G-NO-KERNEL | {words} | 1 | L1/2 |" in md
-    assert "| ok | - | correct and timed | 1 | L2/4 |" in md
-    assert "| L2/4 | ok | - | correct and timed | 2.50 | 3.25 |" in md
-    assert "| G-NO-KERNEL | 1 | " in md  # lines per guard code
+    assert md_row(md, "guard_violation", "G-NO-KERNEL", words, 1, "L1/2")
+    assert md_row(md, "ok", "-", "correct and timed", 1, "L2/4")
+    assert md_row(md, "L2/4", "ok", "-", "correct and timed", "2.50", "3.25")
+    assert md_row(md, "G-NO-KERNEL", 1)  # lines per guard code
     # two policies, two sections
     md = cudal1.render(cands, [("strict", [gv]), ("kernelbench", [ok])], {}, env, "")
     assert "## Guard policy `strict`" in md and "## Guard policy `kernelbench`" in md
@@ -118,7 +118,7 @@ def test_summary_tables():
         timing=TimingDetail(protocol_version="x", candidate=TimingStats(median_ms=0.4, n=10)),
     )
     md = cudal1.render(cands, [gv, ok2], {b.task.id: {"eager_ms": 1.0}}, env, "")
-    assert "| L2/4 | ok | - | correct and timed | ~2.50 | 3.25 |" in md
+    assert md_row(md, "L2/4", "ok", "-", "correct and timed", "~2.50", "3.25")
 
 
 def test_reason_words_and_compile_detail():
@@ -140,7 +140,7 @@ def test_reason_words_and_compile_detail():
     assert cudal1.detail(ce) == 'x.cu(3): error: identifier "y" is undefined'
 
 
-def test_sandbox_gives_every_line_a_verdict(tmp_path):
+def test_sandbox_gives_every_line_a_verdict(tmp_path, md_row):
     """candidates | sandbox eval (cpu backend, strict guards) | summary: a verdict per line."""
     cands, res = tmp_path / "c.jsonl", tmp_path / "r.jsonl"
     cudal1.candidates(CORPUS, cands, None)
@@ -173,4 +173,4 @@ def test_sandbox_gives_every_line_a_verdict(tmp_path):
     assert by_task[a.task.id].status == Status.GUARD_VIOLATION
     assert "G-NO-KERNEL" in {g.code for g in by_task[a.task.id].guards}
     md = cudal1.render(load_records(cands), results, {}, [], "")
-    assert "2 of 2 lines have a verdict." in md and "| L1/2 | guard_violation |" in md
+    assert "2 of 2 lines have a verdict." in md and md_row(md, "L1/2", "guard_violation")

@@ -10,7 +10,7 @@
       with the current flags (binding.cpp -O1, bindings -Og), all -Og and all -O0, and times
       100,000 calls of trivial bound functions, each module in a fresh process, 8 rounds.
 
-Numbers go to docs/benchmarks-sandbox.md (section 2, CPU host).
+Numbers go to docs/lab/history/benchmarks-sandbox.md (section 2, CPU host).
 """
 
 from __future__ import annotations

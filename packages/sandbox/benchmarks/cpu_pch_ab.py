@@ -5,7 +5,7 @@ comes from the cache), in fresh caches, and the prelude itself once. Prints one 
     python packages/sandbox/benchmarks/cpu_pch_ab.py
 
 The figures behind ``build.PCH_AFTER_DEFAULT`` (a 2-core host: 26.4 / 26.7 s a binding without,
-8.9 / 8.8 s with, 45.4 s to build it) are in docs/benchmarks.md ("Session 12")."""
+8.9 / 8.8 s with, 45.4 s to build it) are in docs/lab/history/benchmarks.md ("Session 12")."""
 
 from __future__ import annotations
 

@@ -73,3 +73,69 @@ def test_materialise_takes_only_solution_files(tmp_path, scale_add_task, scale_a
             tmp_path / "k",
             "cpu",
         )
+
+
+@pytest.mark.parametrize("policy", ["strict", "kernelbench", "off"])
+def test_skill_states_the_rules_of_the_policy_it_is_evaluated_under(
+    tmp_path, scale_add_task, policy
+):
+    from cuda_agent.guards.checks import CHECKS
+    from cuda_agent.sandbox.workspace import workspace_guard_policy
+
+    ws = create_workspace(scale_add_task, tmp_path / "ws", backend="cuda", guard_policy=policy)
+    skill = (ws / "SKILL.md").read_text()
+    assert "{{" not in skill and workspace_guard_policy(ws) == policy
+    assert f"guard policy `{policy}`" in skill
+    precision = next(ln for ln in skill.splitlines() if ln.startswith("- fp32 tasks:"))
+    if policy == "off":
+        assert "no guard runs" in skill and "`G-" not in skill
+        return
+    for c in CHECKS.values():  # every check the policy applies, with what it does with it
+        sev = c.severity(policy)
+        row = next((ln for ln in skill.splitlines() if ln.startswith(f"| `{c.code}` |")), None)
+        assert (row is None) == (sev is None), c.code
+        if row is not None:
+            assert ("**rejected**" in row) == (sev == "reject"), row
+    # the precision advice never coaches toward what the policy rejects
+    if policy == "strict":
+        assert "**rejected**" in precision and "usually inside" not in precision
+    else:
+        assert "flags them" in precision
+    with pytest.raises(ValueError, match="unknown guard policy"):
+        create_workspace(scale_add_task, tmp_path / "bad", backend="cpu", guard_policy="lenient")
+
+
+@pytest.mark.slow
+def test_the_workspace_tools_verify_under_the_workspaces_policy(
+    tmp_path, scale_add_task, scale_add_files, warm_build, monkeypatch, capsys
+):
+    """The same solution (its own kernel, then torch arithmetic in forward): rejected by
+    utils/verify.py in a `strict` workspace (G-TORCH-COMPUTE), passed in a `kernelbench` one."""
+    from cuda_agent.sandbox import tools
+
+    src = scale_add_files["model_new.py"].replace(
+        "return cuda_extension.run(x, self.w, self.b)",
+        "return cuda_extension.run(x, self.w, self.b) * 1.0",
+    )
+    assert "* 1.0" in src
+    codes = {}
+    for policy in ("strict", "kernelbench"):
+        ws = create_workspace(scale_add_task, tmp_path / policy, backend="cpu", guard_policy=policy)
+        for name, text in scale_add_files.items():
+            if name.startswith("kernels/"):
+                (ws / name).write_text(text)
+        for p in ws.glob("kernels/example_axpby*"):
+            p.unlink()
+        (ws / "model_new.py").chmod(0o644)
+        (ws / "model_new.py").write_text(src)
+        assert tools._compile(ws, []) == 0
+        monkeypatch.chdir(ws)
+        codes[policy] = tools._verify(ws, [])
+        out = capsys.readouterr().out
+        want = (
+            "guard G-TORCH-COMPUTE (reject)"
+            if policy == "strict"
+            else "guard G-TORCH-COMPUTE (flag)"
+        )
+        assert want in out, out
+    assert codes == {"strict": 1, "kernelbench": 0}, codes

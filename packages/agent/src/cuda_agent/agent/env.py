@@ -53,7 +53,9 @@ class SandboxEnv:
         check_workspace_reachable(root)  # fail before the episode, not at its first command
         if not self._prepared:  # what the workspace's tools read but never build
             self._prepared = prepare_trusted_cache(self.backend, self.config)
-        return create_workspace(task, root, backend=self.backend)
+        return create_workspace(
+            task, root, backend=self.backend, guard_policy=self.config.guard_policy
+        )
 
     def bash(self, root: Path, command: str, timeout: float) -> BashOutput:
         from cuda_agent.sandbox.execute import exec_shell

@@ -119,7 +119,7 @@ def avoid_cudnn_attention() -> None:
     With an explicit attention mask (left-padded batches: what generation and the trainers pass)
     torch tries cuDNN first on recent GPUs, and cuDNN builds an execution plan for every new
     shape (about 0.4 s each; every decode step's longer KV cache is a new shape). On the H200 a
-    fresh process's first PPO steps generated 15x slower than later ones (docs/benchmarks-ppo.md).
+    fresh process's first PPO steps generated 15x slower than later ones (docs/lab/history/benchmarks-ppo.md).
     The flash and memory-efficient kernels need no per-shape plan."""
     if os.environ.get("CUDA_AGENT_CUDNN_SDPA") == "1":
         return

@@ -17,7 +17,33 @@ from cuda_agent.records import Candidate, GuardViolation, TimingDetail
 
 from .checks import POLICIES, check_policy
 
-__all__ = ["POLICIES", "RuntimeGuard", "output_checks", "static_checks", "timing_checks"]
+__all__ = [
+    "POLICIES",
+    "RuntimeGuard",
+    "output_checks",
+    "policy_rules",
+    "static_checks",
+    "timing_checks",
+]
+
+
+def policy_rules(policy: str) -> str:
+    """The checks of guard policy ``policy`` as a Markdown table (code, what it catches, what the
+    policy does with it: rejected or flagged), generated from ``cuda_agent.guards.checks`` so
+    that what an agent is told cannot drift from what the evaluator does. ``off``: one line."""
+    from .checks import CHECKS
+
+    check_policy(policy)
+    if policy == "off":
+        return "Guard policy `off`: no guard runs; only correctness decides.\n"
+    rows = ["| code | rejected when | under this policy |", "| --- | --- | --- |"]
+    for c in CHECKS.values():
+        sev = c.severity(policy)
+        if sev is None:
+            continue
+        what = "**rejected** (scores as failed)" if sev == "reject" else "flagged (reported only)"
+        rows.append(f"| `{c.code}` | {c.description} | {what} |")
+    return "\n".join(rows) + "\n"
 
 
 def static_checks(

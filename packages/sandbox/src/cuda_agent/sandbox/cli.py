@@ -226,6 +226,13 @@ def workspace_cmd(
         str | None, typer.Option("--task-id", help="Which task (default: the first).")
     ] = None,
     backend: Annotated[str, typer.Option("--backend", help="cuda | cpu | auto")] = "auto",
+    guard_policy: Annotated[
+        str,
+        typer.Option(
+            "--guard-policy",
+            help="strict | kernelbench | off: the rules its SKILL.md states and its tools verify.",
+        ),
+    ] = "strict",
 ) -> None:
     """Create an agent workspace for one task.
 
@@ -249,8 +256,8 @@ def workspace_cmd(
         raise fail(f"no task {'with id ' + task_id if task_id else ''} in {task_jsonl}")
     be = resolve_backend(_backend_opt(backend))
     try:
-        d = create_workspace(chosen, out_dir, backend=be)
-    except FileExistsError as e:
+        d = create_workspace(chosen, out_dir, backend=be, guard_policy=guard_policy)
+    except (FileExistsError, ValueError) as e:
         raise fail(str(e)) from None
     log(f"workspace for task {chosen.name} ({chosen.id}, backend {be}) in {d}")
     if be == "cuda":  # what its tools read under `sandbox exec` but never build there

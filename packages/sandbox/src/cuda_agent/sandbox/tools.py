@@ -69,9 +69,10 @@ def _compile(ws: Path, argv: list[str]) -> int:
 
 def _evaluate(ws: Path, timing: bool, trials: int) -> int:
     from .evaluate import evaluate
-    from .workspace import load_workspace_task, solution_from_workspace
+    from .workspace import load_workspace_task, solution_from_workspace, workspace_guard_policy
 
     task, backend = load_workspace_task(ws)
+    policy = workspace_guard_policy(ws)  # the policy the workspace's SKILL.md states
     sol = solution_from_workspace(ws)
     fmt = "workdir" if any(k.startswith("kernels/") for k in sol.files) else "kernelbench"
     if fmt != sol.format:
@@ -82,7 +83,8 @@ def _evaluate(ws: Path, timing: bool, trials: int) -> int:
             sol.files if fmt == "workdir" else {"model_new.py": sol.files["model_new.py"]},
             origin="workspace",
         )
-    r = evaluate(Candidate(task=task, solution=sol), _config(backend, timing=timing, trials=trials))
+    cfg = _config(backend, timing=timing, trials=trials, guard_policy=policy)
+    r = evaluate(Candidate(task=task, solution=sol), cfg)
     print(f"status: {r.status.value}  ({r.seconds:.1f}s)")
     if r.message:
         print(cap_text(r.message, OUT_CAP // 2))

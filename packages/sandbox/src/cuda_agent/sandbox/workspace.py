@@ -105,15 +105,52 @@ def starter_model_new(ref_code: str) -> str:
     return head + body
 
 
-def create_workspace(task: Task, out_dir: str | os.PathLike[str], backend: str = "cuda") -> Path:
-    """Create an agent workspace for ``task`` in ``out_dir`` (which must not exist or be empty)."""
+_PRECISION_ADVICE = {
+    "reject": "fp32 tasks: compute in fp32. TF32 tensor cores and bf16/fp16 arithmetic change "
+    "results by about 1e-3 relative and are **rejected** under this policy (`G-PRECISION`), even "
+    "inside the tolerance.",
+    "flag": "fp32 tasks: TF32 tensor cores and bf16/fp16 arithmetic change results by about 1e-3 "
+    "relative, usually inside the tolerance; this policy flags them (`G-PRECISION`) without "
+    "rejecting. Check with `utils/verify.py`.",
+    None: "fp32 tasks: any precision that stays inside the tolerance passes (no guards); check "
+    "with `utils/verify.py`.",
+}
+
+
+def skill_text(backend: str, guard_policy: str) -> str:
+    """The workspace's SKILL.md for ``backend`` and ``guard_policy``: its rules table and its
+    precision advice generated from the guard policy (``cuda_agent.guards.api.policy_rules``)."""
+    from cuda_agent.guards.api import policy_rules
+    from cuda_agent.guards.checks import CHECKS
+
+    precision = CHECKS["G-PRECISION"].severity(guard_policy)
+    return (
+        (TEMPLATE / "SKILL.md")
+        .read_text()
+        .replace("{{BACKEND}}", backend)
+        .replace("{{GUARD_POLICY}}", guard_policy)
+        .replace("{{GUARD_RULES}}", policy_rules(guard_policy))
+        .replace("{{PRECISION_ADVICE}}", _PRECISION_ADVICE[precision])
+    )
+
+
+def create_workspace(
+    task: Task,
+    out_dir: str | os.PathLike[str],
+    backend: str = "cuda",
+    guard_policy: str = "strict",
+) -> Path:
+    """Create an agent workspace for ``task`` in ``out_dir`` (which must not exist or be empty),
+    whose SKILL.md states the rules of ``guard_policy`` and whose tools verify under it."""
+    from cuda_agent.guards.checks import check_policy
+
+    check_policy(guard_policy)
     d = Path(out_dir)
     if d.exists() and any(d.iterdir()):
         raise FileExistsError(f"{d} exists and is not empty")
     d.mkdir(parents=True, exist_ok=True)
     _copy_infra(d, backend)
-    skill = (TEMPLATE / "SKILL.md").read_text().replace("{{BACKEND}}", backend)
-    (d / "SKILL.md").write_text(skill)
+    (d / "SKILL.md").write_text(skill_text(backend, guard_policy))
     _read_only(d / "SKILL.md")
     (d / "model.py").write_text(task.ref_code)
     _read_only(d / "model.py")
@@ -126,8 +163,16 @@ def create_workspace(task: Task, out_dir: str | os.PathLike[str], backend: str =
     meta.mkdir(exist_ok=True)
     (meta / "task.json").write_bytes(encode(task))
     (meta / "backend").write_text(backend + "\n")
+    (meta / "guard_policy").write_text(guard_policy + "\n")
     _read_only(meta / "task.json")
     return d
+
+
+def workspace_guard_policy(ws: str | os.PathLike[str]) -> str:
+    """The guard policy a workspace was created for (``strict`` for workspaces made before it
+    was recorded)."""
+    f = Path(ws) / ".sandbox" / "guard_policy"
+    return f.read_text().strip() if f.exists() else "strict"
 
 
 def load_workspace_task(ws: str | os.PathLike[str]) -> tuple[Task, str]:
