@@ -188,3 +188,45 @@ def test_unknown_timing_config_keys_are_errors(tmp_path):
         timeout=120,
     )
     assert r.returncode == 2 and "unknown key(s) time_cap" in r.stderr, r.stderr[-2000:]
+
+
+def test_the_baseline_compile_mode_is_a_checked_setting(tmp_path, scale_add_task):
+    """`baseline_compile_mode` picks the torch.compile mode speedup_vs_compile compares with: a
+    task record's baseline of another mode is not used for it; an unknown mode is an error."""
+    import pytest
+
+    from cuda_agent.profiler import PROTOCOL_VERSION
+    from cuda_agent.profiler.baseline import device_name
+    from cuda_agent.records import Baseline, Candidate, Solution, TimingStats
+    from cuda_agent.sandbox import SandboxConfig
+    from cuda_agent.sandbox.evaluate import _known_baseline
+
+    with pytest.raises(ValueError, match="baseline_compile_mode='fast'"):
+        SandboxConfig(baseline_compile_mode="fast")
+    cfg = SandboxConfig.from_dict(
+        {"baseline_compile_mode": "max-autotune", "compile_baseline": True}
+    )
+    rec = Baseline(
+        device=device_name("cpu"),
+        torch_version="x",
+        protocol_version=PROTOCOL_VERSION,
+        eager=TimingStats(median_ms=2.0, n=10),
+        compile=TimingStats(median_ms=1.0, n=10),
+        compile_mode="default",
+        backend="cpu",
+    )
+    import msgspec
+
+    task = msgspec.structs.replace(scale_add_task, baseline=rec)
+    c = Candidate(task=task, solution=Solution.make("kernelbench", {"model_new.py": ""}))
+    os.environ.setdefault("CUDA_AGENT_CACHE", str(tmp_path / "cache"))  # an empty cache
+    assert _known_baseline(c, cfg.with_(baseline_compile_mode="default"), "cpu", None) == rec
+    assert _known_baseline(c, cfg, "cpu", None) is None  # default-mode figures: not max-autotune's
+    for cli in ("cuda_agent.sandbox.cli", "cuda_agent.kernelbench_eval.cli"):
+        cmd = "eval" if "sandbox" in cli else "run"
+        r = subprocess.run(
+            [sys.executable, "-m", cli, cmd, "--backend", "cpu", "--baseline-compile-mode",
+             "fast", str(tmp_path / "none.jsonl")],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert r.returncode == 2 and "baseline_compile_mode='fast'" in r.stderr, r.stderr[-2000:]

@@ -171,6 +171,13 @@ def run(
             "cached): --no-compile-baseline reports speed-ups vs eager only.",
         ),
     ] = True,
+    baseline_compile_mode: Annotated[
+        str,
+        typer.Option(
+            help="torch.compile mode of that baseline: default | max-autotune | "
+            "max-autotune-no-cudagraphs | reduce-overhead (what speedup_vs_compile compares with)."
+        ),
+    ] = "default",
 ) -> None:
     """Evaluate Candidate records (from `solutions`) in the sandbox; write EvalResult records
     carrying level, problem id, name and the guard policy (what `report` needs), each as it is
@@ -212,17 +219,21 @@ def run(
         gpu_list = parse_gpus(gpus)
     except ValueError as e:
         raise fail(str(e)) from None
-    cfg = SandboxConfig(
-        backend=backend,
-        guard_policy=guard_policy,
-        atol=atol,
-        rtol=rtol,
-        timing=timing,
-        baselines=timing,
-        timing_config=tcfg,
-        workers_per_gpu=workers_per_gpu,
-        compile_baseline=None if compile_baseline else False,
-    )
+    try:
+        cfg = SandboxConfig(
+            backend=backend,
+            guard_policy=guard_policy,
+            atol=atol,
+            rtol=rtol,
+            timing=timing,
+            baselines=timing,
+            timing_config=tcfg,
+            workers_per_gpu=workers_per_gpu,
+            compile_baseline=None if compile_baseline else False,
+            baseline_compile_mode=baseline_compile_mode,
+        )
+    except ValueError as e:  # a setting out of its range: say which, no traceback
+        raise fail(str(e)) from None
 
     def finish(c: Candidate, r: EvalResult) -> EvalResult:
         meta = {**r.meta, **c.meta, "name": c.task.name, "guard_policy": guard_policy}

@@ -79,6 +79,14 @@ def eval_cmd(
         bool,
         typer.Option("--baselines/--no-baselines", help="Eager/compile baselines and speed-ups."),
     ] = True,
+    baseline_compile_mode: Annotated[
+        str,
+        typer.Option(
+            "--baseline-compile-mode",
+            help="torch.compile mode of the compile baseline: default | max-autotune | "
+            "max-autotune-no-cudagraphs | reduce-overhead (what speedup_vs_compile compares with).",
+        ),
+    ] = "default",
     guard_policy: Annotated[
         str, typer.Option("--guard-policy", help="strict | kernelbench | off")
     ] = "strict",
@@ -165,32 +173,36 @@ def eval_cmd(
     if resume and output is None:
         raise fail("--resume needs -o FILE")
     shard_t = parse_shard(shard)
-    cfg = SandboxConfig(
-        backend=backend,
-        trials=max(5, trials),
-        atol=atol,
-        rtol=rtol,
-        norm_tol=norm_tol,
-        timing=timing,
-        baselines=baselines,
-        guard_policy=guard_policy,
-        compile_timeout_s=compile_timeout,
-        verify_timeout_s=verify_timeout,
-        time_timeout_s=time_timeout,
-        host_mem_mb=host_mem_mb,
-        pch=pch,
-        compile_jobs=unit_jobs,
-        cache_dir=str(cache_dir) if cache_dir else None,
-        keep_dirs=keep_dirs,
-        nproc=max_procs,
-        timing_config=_json_opt(timing_config),
-        workers_per_gpu=workers_per_gpu,
-        rerun_alone=rerun_alone,
-        early_verify=early_start,
-        early_time=early_start,
-        warm_processes=warm_processes,
-        fork_server=fork_server,
-    )
+    try:
+        cfg = SandboxConfig(
+            backend=backend,
+            trials=max(5, trials),
+            atol=atol,
+            rtol=rtol,
+            norm_tol=norm_tol,
+            timing=timing,
+            baselines=baselines,
+            guard_policy=guard_policy,
+            compile_timeout_s=compile_timeout,
+            verify_timeout_s=verify_timeout,
+            time_timeout_s=time_timeout,
+            host_mem_mb=host_mem_mb,
+            pch=pch,
+            compile_jobs=unit_jobs,
+            cache_dir=str(cache_dir) if cache_dir else None,
+            keep_dirs=keep_dirs,
+            nproc=max_procs,
+            timing_config=_json_opt(timing_config),
+            workers_per_gpu=workers_per_gpu,
+            rerun_alone=rerun_alone,
+            early_verify=early_start,
+            early_time=early_start,
+            warm_processes=warm_processes,
+            fork_server=fork_server,
+            baseline_compile_mode=baseline_compile_mode,
+        )
+    except ValueError as e:  # a setting out of its range: say which, no traceback
+        raise fail(str(e)) from None
     try:  # a cache the sandbox's user cannot reach would fail every candidate: say so once
         cache_root(cfg)
     except ValueError as e:

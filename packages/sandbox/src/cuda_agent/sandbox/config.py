@@ -36,6 +36,9 @@ class SandboxConfig:
     timing_sets: int = 2
     baselines: bool = True
     compile_baseline: bool | None = None  # None: on for cuda, off for cpu
+    # torch.compile mode of that baseline (what speedup_vs_compile and the reward's compile bar
+    # compare with): default | max-autotune | max-autotune-no-cudagraphs | reduce-overhead
+    baseline_compile_mode: str = "default"
     # concurrency (SandboxPool): device workers per GPU; their reference and verification
     # processes overlap, anything timed holds the GPU alone (see ``gate``)
     workers_per_gpu: int = 2
@@ -58,6 +61,11 @@ class SandboxConfig:
     fork_server: bool = True
 
     def __post_init__(self) -> None:
+        if self.baseline_compile_mode not in COMPILE_MODES:
+            raise ValueError(
+                f"baseline_compile_mode={self.baseline_compile_mode!r}: expected one of "
+                f"{', '.join(COMPILE_MODES)}"
+            )
         if self.warm_processes is not None and self.warm_processes < 0:
             raise ValueError(f"warm_processes={self.warm_processes}: expected 0 or more (or None)")
         if self.timing_config:
@@ -109,6 +117,7 @@ class SandboxConfig:
 
 
 BACKENDS = ("cuda", "cpu")
+COMPILE_MODES = ("default", "max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead")
 
 
 def resolve_backend(backend: str) -> str:

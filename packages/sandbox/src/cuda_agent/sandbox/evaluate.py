@@ -1424,6 +1424,7 @@ def _run_on_device(
             if timing.compile and cand_stats.median_ms > 0:
                 speed_c = timing.compile.median_ms / cand_stats.median_ms
                 timing.speedup_vs_compile_ci = _ratio_ci(timing.compile, cand_stats)
+                p.meta["baseline_compile_mode"] = b.compile_mode  # what speed_c compares with
     from cuda_agent.guards.api import timing_checks
 
     # the judge measured the output's real storage on the file it compared (a value the
@@ -1579,11 +1580,17 @@ def _known_baseline(c: Candidate, cfg: SandboxConfig, backend: str, gpu: str | N
         and b.backend == backend
         and b.protocol_version == PROTOCOL_VERSION
         and b.eager is not None
+        and (not want_compile or b.compile_mode == cfg.baseline_compile_mode)
     ):
         with contextlib.suppress(Exception):
             if b.device == device_name(device):
                 return b
-    return _cached_baseline(c, backend, gpu, device, want_compile)
+    return _cached_baseline(c, backend, gpu, device, _compile_mode(cfg, want_compile))
+
+
+def _compile_mode(cfg: SandboxConfig, want_compile: bool) -> str | None:
+    """The torch.compile mode of the task's baseline (None: eager only)."""
+    return cfg.baseline_compile_mode if want_compile else None
 
 
 def _ratio_ci(base: TimingStats, cand: TimingStats) -> tuple[float, float] | None:
@@ -1630,7 +1637,7 @@ def _baseline(c: Candidate, cfg: SandboxConfig, backend: str, gpu: str | None, t
     # The task's lock is taken first and held while waiting for the gate: no thread waits for
     # it while holding the gate (cached baselines are read outside any hold)
     with _task_lock(c.task.id):
-        hit = _cached_baseline(c, backend, gpu, device, want_compile)
+        hit = _cached_baseline(c, backend, gpu, device, _compile_mode(cfg, want_compile))
         if hit is not None:
             return hit
         turn.enter()  # present (holding device memory) from set-up to the end of the timing
@@ -1640,15 +1647,16 @@ def _baseline(c: Candidate, cfg: SandboxConfig, backend: str, gpu: str | None, t
             turn.leave()
 
 
-def _cached_baseline(c: Candidate, backend: str, gpu: str | None, device: str, want_compile: bool):
-    """The profiler's cached baseline of the task on this device, or None (never measures)."""
+def _cached_baseline(c: Candidate, backend: str, gpu: str | None, device: str, mode: str | None):
+    """The profiler's cached baseline of the task on this device with torch.compile ``mode``
+    (None: eager only), or None (never measures)."""
     try:
         from cuda_agent.profiler.baseline import cached_baseline
 
         return cached_baseline(
             c.task,
             device=device,
-            compile_mode="default" if want_compile else None,
+            compile_mode=mode,
             env=_gpu_env(backend, gpu),
         )
     except Exception:  # noqa: BLE001 - a miss
@@ -1670,7 +1678,7 @@ def _baseline_locked(
     return baseline_for_task(
         c.task,
         device=device,
-        compile_mode="default" if want_compile else None,
+        compile_mode=_compile_mode(cfg, want_compile),
         timeout_s=cfg.baseline_timeout_s,
         config=tc,
         setup=lambda: turn.shared("baseline_setup"),
