@@ -21,9 +21,8 @@ def setup(d: Path, n: int, turns: int, lines: int, small: bool = False) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from cuda_agent.agent.models import make_tiny_model
+    from cuda_agent.agent.models import load_tokenizer, make_tiny_model
     from cuda_agent.records import RecordWriter
-    from cuda_agent.rft.modeling import load_tokenizer
     from cuda_agent.rft.synthetic import synthetic_trajectories
 
     model_dir = make_tiny_model(d / "model", seed=0)

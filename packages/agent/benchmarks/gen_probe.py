@@ -76,13 +76,13 @@ def probe(
     """Run the probe; returns (and writes) the record."""
     import torch
 
-    from cuda_agent.agent.models import load_causal_lm, make_tiny_model
+    from cuda_agent.agent.models import load_causal_lm, load_tokenizer, make_tiny_model
     from cuda_agent.agent.policy import HFPolicy
 
     out.mkdir(parents=True, exist_ok=True)
     d = make_tiny_model(out / "tiny-model")
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype_name]
-    model, tok = load_causal_lm(str(d), device=device, dtype=dtype)
+    model, tok = load_causal_lm(d, device=device, dtype=dtype), load_tokenizer(d)
     if cudnn_sdpa == "on":  # what torch does by default (the loader turned it off)
         torch.backends.cuda.enable_cudnn_sdp(True)
     policy = HFPolicy(model.eval(), tok, temperature=1.0, seed=0)

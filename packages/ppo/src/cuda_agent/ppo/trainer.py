@@ -3,6 +3,12 @@ minibatch updates of actor and critic. Single process on CPU or one GPU; SPMD ov
 the DeepSpeed launcher (each rank rolls out its share of the tasks; token counts and advantage
 statistics are all-reduced, so the update is that of one global batch).
 
+Each rank evaluates its own episodes' solutions in its own ``SandboxPool`` (one per step, closed
+with the step's rollouts): on cuda on the GPU its trainer uses (:func:`rank_gpus`), on the cpu
+backend in its own process. Whatever is timed holds the device's gate, which is host-wide
+(``cuda_agent.sandbox.gate``): ranks that share a device, or the host on the cpu backend, never
+time at once.
+
 Checkpoints (``OUT/checkpoint-<step>/``): the actor (HF directory, loadable by every package),
 the critic, optimizer states, RNG states and the data position; ``--resume`` continues at the
 next step with the same task order.
@@ -12,9 +18,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +107,28 @@ def _train_config(cfg: PPOConfig, lr: float) -> Any:
     )
 
 
+def rank_gpus(backend: str, local_rank: int) -> list[str] | None:
+    """The GPU the sandbox of the rank with ``local_rank`` evaluates on, as the sandbox names GPUs
+    (``pool.visible_gpus``: an entry of ``$CUDA_VISIBLE_DEVICES`` when it is set, else the NVML
+    index): the ``local_rank``-th visible GPU, the one the rank trains on (``cuda:<local_rank>``),
+    wrapping around where there are fewer GPUs than ranks; ``[str(local_rank)]`` where none is
+    listed. None on the cpu backend (the rank's own pool, in its own process)."""
+    if backend != "cuda":
+        return None
+    from cuda_agent.sandbox.pool import visible_gpus
+
+    gpus = visible_gpus()
+    return [gpus[local_rank % len(gpus)]] if gpus else [str(local_rank)]
+
+
+def _where(backend: str, gpus: list[str] | None) -> str:
+    from cuda_agent.sandbox.gate import gate_dir
+
+    d = gate_dir()
+    gate = f"host-wide gate in {d}" if d is not None else "host-wide gate off"
+    return f"GPU {gpus[0]} ({gate})" if gpus else f"the {backend} backend ({gate})"
+
+
 def _initial_actor(cfg: PPOConfig, out: Path, dist: Any) -> str:
     from cuda_agent.agent.models import make_tiny_model
 
@@ -136,7 +166,11 @@ def _rollout(
     out: Path,
     dist: Any,
     reward_fn: Any = None,
+    backend: str = "auto",
+    gpus: list[str] | None = None,
 ) -> tuple[list[Trajectory], dict[str, float]]:
+    """This rank's episodes of ``step``, evaluated (unless ``reward_fn``) by a pool of this
+    process on ``gpus`` (cuda) and rewarded."""
     from cuda_agent.agent.env import SandboxEnv
     from cuda_agent.agent.episode import EpisodeConfig, EpisodeRunner
     from cuda_agent.agent.policy import HFPolicy
@@ -148,12 +182,12 @@ def _rollout(
     mine = idx[dist.rank :: dist.world]
     jobs = [(tasks[i], s) for i in mine for s in range(cfg.data.samples_per_task)]
     sb = SandboxConfig(
-        backend=cfg.sandbox.backend,
+        backend=backend,
         guard_policy=cfg.sandbox.guard_policy,
         timing=cfg.sandbox.timing,
         compile_baseline=cfg.sandbox.compile_baseline,
     )
-    env = SandboxEnv(sb)
+    env = SandboxEnv(sb, gpus=gpus)
     policy = HFPolicy(
         actor,
         tok,
@@ -244,11 +278,19 @@ def _check_resume(state: dict[str, Any], dist: Any, backend_name: str, ckpt: Pat
         )
 
 
-def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[dict[str, Any]]:
+def train(
+    cfg: PPOConfig,
+    resume: bool = False,
+    reward_fn: Any = None,
+    rollout_fn: Callable[[int], list[Trajectory]] | None = None,
+) -> list[dict[str, Any]]:
     """Run ``cfg.ppo.steps`` PPO steps; returns the metrics of the steps run here.
 
     ``reward_fn(trajectory) -> float`` replaces the sandbox's evaluation and reward (for tests of
     the learning dynamics and for ablations); by default every episode is evaluated and rewarded.
+    ``rollout_fn(step) -> trajectories`` (``step`` from 0) replaces the whole rollout of a step by
+    this rank's share of a recorded, rewarded batch (replays: the same update in other launches).
+    Each rank's evaluations run on its own device (module docstring, :func:`rank_gpus`).
 
     Guarantees: the policy loss of an update is the token mean over the global number of policy
     tokens in its minibatch (over all ranks); advantages are whitened over all ranks; resuming
@@ -256,11 +298,10 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
     and RNG states. Runs in one process (CPU or GPU) or SPMD under ``torchrun`` / the DeepSpeed
     launcher (``train.deepspeed``: ZeRO-2/3 for actor and critic).
     """
-    from cuda_agent.agent.models import load_tokenizer
+    from cuda_agent.agent.models import load_causal_lm, load_tokenizer
     from cuda_agent.critic.gae import gae
     from cuda_agent.critic.model import ValueModel
     from cuda_agent.rft.metrics import MetricsLogger
-    from cuda_agent.rft.modeling import load_causal_lm
     from cuda_agent.rft.trainer import Backend, latest_checkpoint, setup_distributed
 
     out = Path(cfg.train.out)
@@ -271,6 +312,12 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
     tasks = load_records(cfg.data.tasks, Task)
     if not tasks:
         raise PPOError(f"{cfg.data.tasks}: no tasks")
+    from cuda_agent.sandbox.config import resolve_backend
+
+    sb_backend = resolve_backend(cfg.sandbox.backend)
+    sb_gpus = rank_gpus(sb_backend, dist.local_rank)
+    if rollout_fn is None:  # every rank says where it evaluates (its pid: results name it)
+        log(f"ppo: rank {dist.rank} (pid {os.getpid()}) evaluates on {_where(sb_backend, sb_gpus)}")
 
     ckpt = latest_checkpoint(out) if resume else None
     if ckpt is not None and not (ckpt / STATE_FILE).exists():
@@ -289,7 +336,9 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
     tok = load_tokenizer(str(ckpt / "actor") if from_ckpt else init_actor)
     steps_total = max(1, cfg.ppo.steps * cfg.ppo.epochs * cfg.ppo.minibatches)
     actor_b = Backend(
-        load_causal_lm(str(ckpt / "actor") if from_ckpt else init_actor, dtype=torch.float32),
+        load_causal_lm(
+            str(ckpt / "actor") if from_ckpt else init_actor, dtype=torch.float32, use_cache=False
+        ),
         actor_tc,
         dist,
         device,
@@ -323,14 +372,18 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
     model_dtype = torch.bfloat16 if (bf16 and dist.deepspeed) else torch.float32
     ref = None
     if cfg.ppo.kl_coef > 0 or cfg.model.ref is not None:
-        ref = load_causal_lm(cfg.model.ref or init_actor, dtype=model_dtype).to(device).eval()
+        ref = load_causal_lm(
+            cfg.model.ref or init_actor, device, dtype=model_dtype, use_cache=False
+        ).eval()
         for p in ref.parameters():
             p.requires_grad_(False)
     # ZeRO-3 partitions the actor's weights: generation (an unknown number of forward passes per
     # rank) runs on a full copy, refreshed from the trainer after every update
     rollout_model = actor
     if _is_zero3(actor_b):
-        rollout_model = load_causal_lm(init_actor, dtype=model_dtype).to(device).eval()
+        rollout_model = load_causal_lm(
+            init_actor, device, dtype=model_dtype, use_cache=False
+        ).eval()
         for p in rollout_model.parameters():
             p.requires_grad_(False)
     if dist.main:
@@ -358,7 +411,13 @@ def train(cfg: PPOConfig, resume: bool = False, reward_fn: Any = None) -> list[d
             torch.cuda.reset_peak_memory_stats(device)
         if rollout_model is not actor:
             _sync_rollout_weights(rollout_model, actor_b)
-        trajs, times = _rollout(cfg, rollout_model, tok, tasks, step, out, dist, reward_fn)
+        if rollout_fn is not None:
+            trajs = list(rollout_fn(step))
+            times = dict.fromkeys(("rollout_s", "generate_s", "sandbox_eval_s", "tool_s"), 0.0)
+        else:
+            trajs, times = _rollout(
+                cfg, rollout_model, tok, tasks, step, out, dist, reward_fn, sb_backend, sb_gpus
+            )
         for t in trajs:
             t.meta["ppo_step"] = step + 1
             t.meta["rank"] = dist.rank

@@ -151,17 +151,18 @@ def train(model: ModelOpt, data: DataOpt, out: OutDirOpt, opts: dict) -> None:
 
     Example: rft select < trajectories.jsonl | rft train --model smollm2 --data - --out runs/rft
     """
+    from cuda_agent.agent.models import load_tokenizer, resolve_model
+
     from .data import load_examples
-    from .modeling import load_tokenizer, resolve_model_dir
     from .sft import SFTObjective
     from .trainer import TrainError
     from .trainer import train as run_train
 
     cfg = train_config(out, opts)
     try:
-        resolve_model_dir(model)  # fail fast, before any heavy import
+        resolve_model(model)  # fail fast, before any heavy import
         examples = load_examples(None if str(data) == "-" else data, max_len=opts["max_len"])
-        tok = load_tokenizer(model)
+        tok = load_tokenizer(model, required=False)
         result = run_train(
             SFTObjective(),
             model,

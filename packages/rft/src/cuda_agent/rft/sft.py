@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from cuda_agent.agent.models import load_causal_lm
+
 from .data import Example
-from .modeling import load_causal_lm
 
 
 def masked_nll(logits: Any, input_ids: Any, loss_mask: Any) -> tuple[Any, int]:
@@ -59,7 +60,7 @@ class SFTObjective:
     name = "rft-sft"
 
     def build_model(self, source: str | Path, dtype: Any) -> Any:
-        return load_causal_lm(source, dtype=dtype)
+        return load_causal_lm(source, dtype=dtype, use_cache=False)
 
     def units(self, examples: list[Example]) -> float:
         return float(sum(sum(e.loss_mask[1:]) for e in examples))

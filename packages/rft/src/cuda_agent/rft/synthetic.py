@@ -134,10 +134,8 @@ def tiny_training_setup(root: Path, n: int = 6, **kw: Any) -> tuple[Path, list[T
     """A tiny random-weight Llama under ``root/model`` and ``n`` synthetic trajectories of its
     tokenizer (``kw`` as :func:`synthetic_trajectory`), also written to ``root/trajectories.jsonl``:
     ``(model_dir, trajectories, data_path)``. What the trainer tests share."""
-    from cuda_agent.agent.models import make_tiny_model
+    from cuda_agent.agent.models import load_tokenizer, make_tiny_model
     from cuda_agent.records import RecordWriter
-
-    from .modeling import load_tokenizer
 
     model = make_tiny_model(root / "model", hidden_size=32, num_layers=2, num_heads=2, seed=0)
     trajs = synthetic_trajectories(load_tokenizer(model), n, **kw)

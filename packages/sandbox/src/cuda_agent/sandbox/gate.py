@@ -14,17 +14,48 @@ while this one was. ``exclusive(alone=True)`` additionally waits until no other 
 present (a re-run that must have the device, memory included, to itself).
 
 Gates are per process: :func:`device_gate` returns the one gate of a domain (``"cuda:0"``,
-``"host"``), shared by every pool and ``evaluate`` call in the process.
+``"host"``), shared by every pool and ``evaluate`` call in the process. Its holds are also
+**host-wide**: every hold additionally holds an OS lock (:class:`HostLock`, ``flock``) shared by
+every process of the host that times on the device (the ranks of a ``torchrun`` job, several
+pools, other users' runs), ``LOCK_SH`` for a shared hold and ``LOCK_EX`` for an exclusive one. So
+nothing of another process overlaps a timed section either.
+
+The OS lock is taken after the in-process gate grants the hold and released before the gate is
+released, so the in-process semantics (writer preference, presence, ``alone``) are unchanged and
+at most one thread of a process waits for, or holds, the exclusive lock. Each hold opens its own
+file (``flock`` locks belong to an open file description: two shared holds of one process are two
+shared locks, and releasing one leaves the other). A second file, the *turnstile*, makes the
+host-wide lock writer-preferring like the gate: an exclusive request holds it exclusive while it
+waits, and a shared request passes through it (shared) before taking the lock. A process that dies
+loses its locks with its files: nothing stays held.
+
+Lock files live in ``$CUDA_AGENT_GATE_DIR`` (default ``<system temp dir>/cuda-agent-gates``,
+created world-writable and sticky, like ``/tmp``): processes share a device's gate when they see
+the same directory (containers on one host: mount one directory there and point the variable at
+it). ``CUDA_AGENT_GATE_DIR=off`` turns the host-wide locks off (gates per process, as before:
+nothing of other processes is excluded). File names (:func:`lock_key`): ``host.lock`` for the cpu
+backend's domain; on cuda the GPU's UUID from NVML (``cuda-GPU-<uuid>.lock``) for the index the
+sandbox uses (NVML numbering, the physical index or an entry of ``CUDA_VISIBLE_DEVICES``), so
+processes that number the GPU differently still share it; without NVML, the index as this process
+names it (``cuda-index-<n>.lock``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
+import re
+import stat
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+GATE_DIR_ENV = "CUDA_AGENT_GATE_DIR"
 
 
 @dataclass(eq=False)
@@ -38,12 +69,103 @@ class Occupant:
     waited_s: dict[str, float] = field(default_factory=dict)  # per mode, seconds spent waiting
 
 
+class HostLock:
+    """The host-wide reader/writer lock of one device: ``flock`` on ``<dir>/<key>.lock`` (shared
+    or exclusive), behind the turnstile ``<dir>/<key>.turnstile`` (writer preference; see the
+    module docstring). Every :meth:`acquire` opens its own file description: holds of several
+    threads of one process never merge. Blocking; waits as long as the holders hold."""
+
+    def __init__(self, directory: str | os.PathLike[str], key: str, *, refuse_links: bool = False):
+        self.directory = Path(directory)
+        self.key = key
+        self.path = self.directory / f"{key}.lock"
+        self.turnstile = self.directory / f"{key}.turnstile"
+        self.refuse_links = refuse_links  # the default directory, in a shared temp dir
+
+    def _ensure_dir(self) -> None:
+        """Create the directory (mode 1777, like ``/tmp``: every user's processes create their
+        devices' files in it) where it is missing; with ``refuse_links`` one that is a link or
+        no directory (someone else's, in a shared temp dir) is refused."""
+        d = self.directory
+        try:
+            d.mkdir(parents=True)
+            os.chmod(d, 0o1777)
+        except FileExistsError:
+            pass
+        if self.refuse_links and not stat.S_ISDIR(os.lstat(d).st_mode):
+            raise OSError(f"{d} is not a directory: remove it, or set ${GATE_DIR_ENV}")
+
+    def _open(self, path: Path) -> int:
+        """A new open file description of ``path``, created (readable by everyone) if missing.
+        Read-only: flock needs no write access, so a file another user made is usable; and an
+        existing file is opened without ``O_CREAT``, which ``fs.protected_regular`` refuses on
+        other users' files in a sticky directory."""
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            for _ in range(3):
+                try:
+                    return os.open(path, flags)
+                except FileNotFoundError:
+                    pass
+                try:
+                    fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+                except FileExistsError:  # another process made it meanwhile
+                    continue
+                except FileNotFoundError:  # the first hold on this host, or the dir was removed
+                    self._ensure_dir()
+                    continue
+                os.fchmod(fd, 0o644)  # whatever the umask: other users' processes open it too
+                return fd
+            raise FileNotFoundError(f"{path} vanished as it was made")
+        except OSError as e:
+            raise OSError(
+                f"the device's host-wide gate {path}: {e} (set ${GATE_DIR_ENV} to a directory "
+                "every process timing on this host can write, or to off)"
+            ) from e
+
+    def acquire(self, exclusive: bool) -> int:
+        """Hold the lock (``LOCK_EX`` when ``exclusive``, else ``LOCK_SH``) and return the file
+        descriptor that holds it; pass it to :meth:`release`."""
+        turn = self._open(self.turnstile)
+        try:
+            fcntl.flock(turn, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            fd = self._open(self.path)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            except BaseException:
+                os.close(fd)
+                raise
+            return fd
+        finally:  # the turnstile is only passed through (or held while waiting)
+            self.release(turn)
+
+    @staticmethod
+    def release(fd: int) -> None:
+        """End the hold of :meth:`acquire` (unlocked first: a child forked meanwhile that still
+        shares the descriptor does not keep it)."""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def held(self, exclusive: bool) -> Iterator[None]:
+        """The lock held for the block."""
+        fd = self.acquire(exclusive)
+        try:
+            yield
+        finally:
+            self.release(fd)
+
+
 class DeviceGate:
     """Reader/writer gate of one device (see the module docstring). Thread-safe; not reentrant:
-    a thread holding it must not acquire it again (deadlock)."""
+    a thread holding it must not acquire it again (deadlock). ``host_lock``: the device's
+    host-wide lock, held (shared or exclusive) inside every hold; None: this process only."""
 
-    def __init__(self, name: str = ""):
+    def __init__(self, name: str = "", *, host_lock: HostLock | None = None):
         self.name = name
+        self.host_lock = host_lock
         self._cond = threading.Condition(threading.Lock())
         self._readers = 0
         self._writer = False
@@ -96,16 +218,27 @@ class DeviceGate:
             self._readers += 1
             if occ is not None:
                 self._enter_locked(occ)
+        try:
+            fd = self._host_acquire(exclusive=False)
+        except BaseException:
+            self._end_shared(occ)
+            raise
         rec = _start(occ, phase, "shared", time.monotonic() - t)
         try:
             yield
         finally:
             _stop(rec)
-            with self._cond:
-                self._readers -= 1
-                if occ is not None:
-                    self._leave_locked(occ)
-                self._cond.notify_all()
+            try:
+                self._host_release(fd)
+            finally:
+                self._end_shared(occ)
+
+    def _end_shared(self, occ: Occupant | None) -> None:
+        with self._cond:
+            self._readers -= 1
+            if occ is not None:
+                self._leave_locked(occ)
+            self._cond.notify_all()
 
     @contextlib.contextmanager
     def exclusive(
@@ -129,16 +262,36 @@ class DeviceGate:
             self._writer = True
             if occ is not None:
                 self._enter_locked(occ)
+        try:
+            fd = self._host_acquire(exclusive=True)
+        except BaseException:
+            self._end_exclusive(occ)
+            raise
         rec = _start(occ, phase, "exclusive", time.monotonic() - t)
         try:
             yield
         finally:
             _stop(rec)
-            with self._cond:
-                self._writer = False
-                if occ is not None:
-                    self._leave_locked(occ)
-                self._cond.notify_all()
+            try:
+                self._host_release(fd)
+            finally:
+                self._end_exclusive(occ)
+
+    def _end_exclusive(self, occ: Occupant | None) -> None:
+        with self._cond:
+            self._writer = False
+            if occ is not None:
+                self._leave_locked(occ)
+            self._cond.notify_all()
+
+    # -- the host-wide lock (taken inside the in-process hold, released before it) ------------
+
+    def _host_acquire(self, exclusive: bool) -> int | None:
+        return self.host_lock.acquire(exclusive) if self.host_lock is not None else None
+
+    def _host_release(self, fd: int | None) -> None:
+        if fd is not None:
+            HostLock.release(fd)
 
 
 def _start(occ: Occupant | None, phase: str, mode: str, waited: float) -> dict[str, Any] | None:
@@ -161,12 +314,73 @@ _GATES_LOCK = threading.Lock()
 
 def device_gate(domain: str) -> DeviceGate:
     """The process-wide gate of ``domain`` (``"cuda:<id>"`` per GPU, ``"host"`` for the cpu
-    backend): every pool and ``evaluate`` call in this process that uses the device shares it."""
+    backend): every pool and ``evaluate`` call in this process that uses the device shares it,
+    and its holds hold the device's host-wide lock (:func:`host_lock`; none when
+    ``$CUDA_AGENT_GATE_DIR`` is ``off``)."""
     with _GATES_LOCK:
         g = _GATES.get(domain)
         if g is None:
-            g = _GATES[domain] = DeviceGate(domain)
+            g = _GATES[domain] = DeviceGate(domain, host_lock=host_lock(domain))
         return g
+
+
+def gate_dir() -> Path | None:
+    """The directory of the host-wide lock files: ``$CUDA_AGENT_GATE_DIR``, else
+    ``<system temp dir>/cuda-agent-gates``; None when the variable is ``off``."""
+    env = os.environ.get(GATE_DIR_ENV, "").strip()
+    if env.lower() == "off":
+        return None
+    return Path(env) if env else Path(tempfile.gettempdir()) / "cuda-agent-gates"
+
+
+def lock_key(domain: str) -> str:
+    """The file name (no suffix) of ``domain``'s host-wide lock: ``host``; ``cuda-<GPU UUID>``
+    (NVML, for the index the sandbox uses, or a UUID given as the device); ``cuda-index-<n>``
+    where NVML cannot say. Safe as a file name."""
+    if not domain.startswith("cuda:"):
+        key = domain
+    else:
+        gpu = domain.split(":", 1)[1]
+        if gpu == "default":  # as the candidate's processes resolve it (evaluate._gpu_index)
+            gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
+        uuid = _gpu_uuid(gpu)
+        key = f"cuda-{uuid}" if uuid else f"cuda-index-{gpu}"
+    return re.sub(r"[^A-Za-z0-9._-]", "_", key)
+
+
+def host_lock(domain: str) -> HostLock | None:
+    """``domain``'s host-wide lock in :func:`gate_dir` (None when host-wide locks are off)."""
+    d = gate_dir()
+    if d is None:
+        return None
+    return HostLock(d, lock_key(domain), refuse_links=not os.environ.get(GATE_DIR_ENV, "").strip())
+
+
+def _gpu_uuid(gpu: str) -> str | None:
+    """The UUID of the GPU the sandbox names ``gpu`` (an NVML index, or a UUID or the prefix
+    of one, ``GPU-…``, as ``CUDA_VISIBLE_DEVICES`` takes them; ``MIG-…`` as given), or None
+    where NVML cannot say."""
+    if gpu.startswith("MIG-"):
+        return gpu
+    if not (gpu.isdigit() or gpu.startswith("GPU-")):
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            uuids = []
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                u = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
+                uuids.append(u.decode() if isinstance(u, bytes) else str(u))
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no NVML (no driver): the index names it
+        return gpu if gpu.startswith("GPU-") else None
+    if gpu.isdigit():
+        return uuids[int(gpu)] if int(gpu) < len(uuids) else None
+    hits = [u for u in uuids if u.startswith(gpu)]
+    return hits[0] if len(hits) == 1 else gpu
 
 
 def domain_of(backend: str, gpu: str | None) -> str:

@@ -15,7 +15,8 @@ threads, then verified and timed by one of the device workers: ``workers_per_dev
 (default ``SandboxConfig.workers_per_gpu`` = 2), or ``cpu_workers`` on the cpu backend. Workers of
 one device overlap their reference and verification processes and take the device alone for
 anything timed (``gate.DeviceGate``; on the cpu backend all workers share one timing domain, the
-host). With several workers per GPU each process's CUDA allocator is capped to
+host; the gate is host-wide: other processes timing on the device, e.g. other ranks, are held
+off too). With several workers per GPU each process's CUDA allocator is capped to
 ``GPU_MEMORY_SHARE / workers_per_device`` of the GPU, and a memory failure met while sharing is
 re-run alone (``evaluate`` module docstring). Every process that runs candidate code is fresh
 and confined (see ``isolation``); each worker has its own slot (uid).
@@ -159,6 +160,7 @@ class SandboxPool:
                 )
                 r.meta.setdefault("worker", device)
                 r.meta.setdefault("workers_on_device", self.workers_per_device)
+                r.meta.setdefault("pool_pid", os.getpid())  # the process whose pool ran it
                 rf.set_result(r)
             except BaseException as e:  # noqa: BLE001 - delivered to the caller
                 rf.set_exception(e)
