@@ -153,6 +153,14 @@ def run(
     guard_policy: Annotated[str, typer.Option(help="strict | kernelbench | off")] = "kernelbench",
     atol: Annotated[float, typer.Option(help="Absolute tolerance.")] = 1e-2,
     rtol: Annotated[float, typer.Option(help="Relative tolerance.")] = 1e-2,
+    stress_trials: Annotated[
+        bool,
+        typer.Option(
+            "--stress-trials/--no-stress-trials",
+            help="Numerics stress trials too (the robust setting): nan_inf, denormal, near_max "
+            "and offset inputs, one trial each (off: the paper's protocol).",
+        ),
+    ] = False,
     timing: Annotated[
         bool, typer.Option("--timing/--no-timing", help="Time candidates and baselines.")
     ] = True,
@@ -225,6 +233,7 @@ def run(
             guard_policy=guard_policy,
             atol=atol,
             rtol=rtol,
+            stress_trials=stress_trials,
             timing=timing,
             baselines=timing,
             timing_config=tcfg,

@@ -72,6 +72,14 @@ def eval_cmd(
     atol: Annotated[float, typer.Option("--atol")] = 1e-2,
     rtol: Annotated[float, typer.Option("--rtol")] = 1e-2,
     norm_tol: Annotated[float, typer.Option("--norm-tol", help="Max relative error norm.")] = 2e-2,
+    stress_trials: Annotated[
+        bool,
+        typer.Option(
+            "--stress-trials/--no-stress-trials",
+            help="Numerics stress trials too (the robust setting): one trial each of nan_inf, "
+            "denormal, near_max and offset inputs, after the plain ones (off: the paper's).",
+        ),
+    ] = False,
     timing: Annotated[
         bool, typer.Option("--timing/--no-timing", help="Time correct candidates.")
     ] = True,
@@ -180,6 +188,7 @@ def eval_cmd(
             atol=atol,
             rtol=rtol,
             norm_tol=norm_tol,
+            stress_trials=stress_trials,
             timing=timing,
             baselines=baselines,
             guard_policy=guard_policy,

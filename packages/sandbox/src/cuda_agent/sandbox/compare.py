@@ -101,6 +101,11 @@ def compare(ref: Any, cand: Any, tol: Tolerance) -> Verdict:
     return Verdict(True, "", worst_abs, worst_rel, worst_norm)
 
 
+def _scalar(x: Any) -> str:
+    v = x.item()
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
 def _short(x: Any) -> str:
     s = repr(x)
     return s if len(s) < 80 else s[:77] + "..."
@@ -127,7 +132,8 @@ def _compare_tensor(path: str, r: Any, c: Any, tol: Tolerance) -> Verdict:
     n = rf_all.numel()
     max_abs = max_rel = 0.0
     rsq = dsq = 0.0
-    over = nonfin_bad = fin_bad = 0
+    over = nonfin_bad = fin_bad = nan_bad = 0
+    first_bad: int | None = None
     for start in range(0, n, CHUNK):
         r64 = rf_all[start : start + CHUNK].to(wide)
         c64 = cf_all[start : start + CHUNK].to(wide)
@@ -137,8 +143,15 @@ def _compare_tensor(path: str, r: Any, c: Any, tol: Tolerance) -> Verdict:
         if bool(nonfin.any()):
             # non-finite reference values must be reproduced exactly (NaN where NaN, same inf)
             r_nan, c_nan = torch.isnan(r64), torch.isnan(c64)
-            nonfin_bad += int(((r_nan != c_nan) | (~r_nan & nonfin & (c64 != r64))).sum())
-        fin_bad += int((r_fin & ~c_fin).sum())
+            bad = (r_nan & ~c_nan) | (~r_nan & nonfin & (c64 != r64))
+            nonfin_bad += int(bad.sum())
+            nan_bad += int((r_nan & ~c_nan).sum())
+            if first_bad is None and bool(bad.any()):
+                first_bad = start + int(bad.nonzero()[0, 0])
+        bad_fin = r_fin & ~c_fin
+        fin_bad += int(bad_fin.sum())
+        if first_bad is None and bool(bad_fin.any()):
+            first_bad = start + int(bad_fin.nonzero()[0, 0])
         rz = torch.where(r_fin, r64, torch.zeros_like(r64))
         cz = torch.where(r_fin & c_fin, c64, torch.zeros_like(c64))
         diff = (cz - rz).abs()
@@ -147,10 +160,21 @@ def _compare_tensor(path: str, r: Any, c: Any, tol: Tolerance) -> Verdict:
         max_rel = max(max_rel, float((diff / rz.abs().clamp_min(1e-12)).max()))
         rsq += float((rz.abs() ** 2).sum())
         dsq += float((diff**2).sum())
-    if nonfin_bad:
-        return Verdict(False, f"{path}: {nonfin_bad} non-finite reference values not reproduced")
-    if fin_bad:
-        return Verdict(False, f"{path}: {fin_bad} NaN/Inf where the reference is finite")
+    if nonfin_bad or fin_bad:
+        at = ""
+        if first_bad is not None:
+            at = (
+                f" (first at flat index {first_bad}: candidate {_scalar(cf_all[first_bad])}, "
+                f"reference {_scalar(rf_all[first_bad])})"
+            )
+        if nonfin_bad:
+            kinds = f"{nan_bad} NaN, {nonfin_bad - nan_bad} Inf"
+            return Verdict(
+                False,
+                f"{path}: {nonfin_bad} non-finite reference values not reproduced ({kinds}: "
+                f"NaN must stay NaN, +Inf/-Inf the same infinity){at}",
+            )
+        return Verdict(False, f"{path}: {fin_bad} NaN/Inf where the reference is finite{at}")
     rnorm, dnorm = rsq**0.5, dsq**0.5
     rel_norm = dnorm / rnorm if rnorm > 0 else (0.0 if dnorm == 0 else float("inf"))
     if over:
@@ -232,3 +256,64 @@ def _norm_failure(
         max_rel,
         rel_norm,
     )
+
+
+SUBNORMAL_FLOOR_ULPS = 16  # |values| below this many of the dtype's smallest subnormal: rounding
+
+
+def stress_check(variant: str, ref: Any, cand: Any) -> Verdict:
+    """A stress trial's own rule on an output that already passed :func:`compare` (the NaN/Inf
+    rule and the tolerance hold on every trial). ``denormal``: see :func:`subnormal_check`;
+    the other variants have none beyond :func:`compare`."""
+    if variant != "denormal":
+        return Verdict(True)
+    return subnormal_check(ref, cand)
+
+
+def subnormal_check(ref: Any, cand: Any) -> Verdict:
+    """Subnormal outputs must be treated as the reference treats them (no tolerance shows
+    this: they all lie far below ``atol``). Fails when the candidate is exactly zero at more
+    than half of the positions where the reference's output is a nonzero subnormal (above
+    ``SUBNORMAL_FLOOR_ULPS`` of the smallest one, below rounding's reach): it flushes them
+    to zero; or, where the reference has no subnormal output at all, when the candidate has
+    subnormal values at more than ``max(8, 1%)`` of the positions where the reference is
+    exactly zero: the reference flushes them and the candidate does not."""
+    import torch
+
+    rl: list[tuple[str, Any]] = []
+    cl: list[tuple[str, Any]] = []
+    _flatten(ref, "out", rl)
+    _flatten(cand, "out", cl)
+    for (path, r), (_, c) in zip(rl, cl, strict=False):
+        if not (isinstance(r, torch.Tensor) and isinstance(c, torch.Tensor)):
+            continue
+        if not r.is_floating_point() or r.dtype != c.dtype or r.shape != c.shape:
+            continue
+        fi = torch.finfo(r.dtype)
+        tiny, floor = fi.tiny, SUBNORMAL_FLOOR_ULPS * fi.tiny * fi.eps
+        rf, cf = r.reshape(-1), c.reshape(-1)
+        n_sub = flushed = ref_zero = kept = 0
+        for start in range(0, rf.numel(), CHUNK):
+            ra, ca = rf[start : start + CHUNK].abs(), cf[start : start + CHUNK].abs()
+            sub = (ra >= floor) & (ra < tiny)
+            n_sub += int(sub.sum())
+            flushed += int((sub & (ca == 0)).sum())
+            zero = ra == 0
+            ref_zero += int(zero.sum())
+            kept += int((zero & (ca >= floor) & (ca < tiny)).sum())
+        if flushed and 2 * flushed > n_sub:
+            return Verdict(
+                False,
+                f"{path}: {flushed} of the {n_sub} outputs the reference leaves subnormal "
+                f"(0 < |r| < {tiny:.3g}) are exactly zero in the candidate: it flushes subnormal "
+                "values to zero (flush-to-zero/denormals-are-zero, or an explicit flush) where "
+                "the reference does not",
+            )
+        if not n_sub and kept > max(8, rf.numel() // 100):
+            return Verdict(
+                False,
+                f"{path}: {kept} of the {ref_zero} outputs the reference flushes to zero are "
+                f"subnormal in the candidate (0 < |c| < {tiny:.3g}): the reference flushes "
+                "subnormal values and the candidate does not",
+            )
+    return Verdict(True)

@@ -19,6 +19,10 @@ class SandboxConfig:
         2e-2  # max ||cand - ref|| / ||ref|| (stops all-zero outputs on small-valued tasks)
     )
     trials: int = 5  # >= 5; variants: base, shift, base, scale, base, ...
+    # numerics stress trials, one each after the trials above (runner.STRESS_VARIANTS: nan_inf,
+    # denormal, near_max, offset): () off (the paper's protocol), True all four, or a tuple of
+    # their names; stored as the tuple. The "robust" setting: ``stress_trials=True``
+    stress_trials: tuple[str, ...] | bool = ()
     # wall-clock limits (seconds)
     compile_timeout_s: float = 300.0
     reference_timeout_s: float = 600.0
@@ -61,6 +65,17 @@ class SandboxConfig:
     fork_server: bool = True
 
     def __post_init__(self) -> None:
+        from .runner import STRESS_VARIANTS
+
+        st = self.stress_trials
+        names = STRESS_VARIANTS if st is True else () if st is False else tuple(st)
+        unknown = [v for v in names if v not in STRESS_VARIANTS]
+        if unknown or len(set(names)) != len(names):
+            raise ValueError(
+                f"stress_trials={st!r}: expected True, False or distinct names among "
+                f"{', '.join(STRESS_VARIANTS)}"
+            )
+        object.__setattr__(self, "stress_trials", names)
         if self.baseline_compile_mode not in COMPILE_MODES:
             raise ValueError(
                 f"baseline_compile_mode={self.baseline_compile_mode!r}: expected one of "

@@ -1053,9 +1053,11 @@ def _reference_phase(
     secret = secrets.randbits(62)
     from .runner import variant_schedule
 
+    # the numerics stress trials (off by default) after the plain ones: timing and the
+    # re-check draw from the first trials only
     trials = [
         {"seed": (secret + 7919 * (i + 1)) % (1 << 62), "variant": v}
-        for i, v in enumerate(variant_schedule(n_trials))
+        for i, v in enumerate(variant_schedule(n_trials) + list(cfg.stress_trials))
     ]
     init_seed = (secret ^ 0x5DEECE66D) % (1 << 62)
     shared = root / "shared"
@@ -1112,6 +1114,29 @@ def _reference_phase(
         device_name=rep.get("device_name", device),
         isolation=out.isolation,
     )
+
+
+def _stress_meta(trials: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -> dict | None:
+    """``meta.stress_trials``: the stress variants run, the ones the candidate failed and the
+    ones skipped because the reference itself is unstable under them; None without any."""
+    from .runner import is_stress
+
+    idx = [i for i, t in enumerate(trials) if is_stress(t)]
+    if not idx:
+        return None
+    meta: dict[str, Any] = {
+        "variants": [trials[i]["variant"] for i in idx],
+        "failed": [],
+        "reference_unstable": [],
+    }
+    for i in idx:
+        v = verdicts[i] if i < len(verdicts) else {"passed": False, "message": "no verdict"}
+        row = {"trial": i, "variant": trials[i]["variant"]}
+        if v.get("skipped"):
+            meta["reference_unstable"].append({**row, "reason": v.get("reference_unstable")})
+        elif not v.get("passed"):
+            meta["failed"].append({**row, "message": str(v.get("message") or "")[:500]})
+    return meta
 
 
 def _run_on_device(
@@ -1235,7 +1260,7 @@ def _run_on_device(
     p.stages["admission_wait"] = waited
     try:
         t, t_wall = time.monotonic(), time.time()
-        verdicts = judge("judge", [(f"out_{i}.pt", i) for i in range(n_trials)])
+        verdicts = judge("judge", [(f"out_{i}.pt", i) for i in range(len(trials))])
         verdicts.start()
         try:
             if early is not None:  # started by the reference phase, waiting, warm
@@ -1293,8 +1318,11 @@ def _run_on_device(
         for tr, v in zip(trials, jrep.get("trials") or [], strict=False)
     ]
     p.guards.extend(_parse_guards(jrep.get("guards")))
+    stress = _stress_meta(trials, jrep.get("trials") or [])
+    if stress is not None:
+        p.meta["stress_trials"] = stress
     passed = (
-        len(details) == n_trials
+        len(details) == len(trials)
         and all(d.passed for d in details)
         and rep.get("ok") is True
         and out.returncode == 0
@@ -1337,10 +1365,15 @@ def _run_on_device(
     if not passed:
         first = next((d for d in details if not d.passed), None)
         corr.message = first.message if first else "incorrect"
+        at = details.index(first) if first else -1
+        if first is not None and stress is not None and first.variant in stress["variants"]:
+            # a plain trial's failure is reported first: this one failed only under stress
+            corr.message = f"stress trial {first.variant} (trial {at}): {corr.message}"
+            return _result(p, Status.INCORRECT, corr.message, correctness=corr)
         return _result(
             p,
             Status.INCORRECT,
-            f"trial {details.index(first) if first else '?'} ({first.variant if first else ''}): {corr.message}",
+            f"trial {at if first else '?'} ({first.variant if first else ''}): {corr.message}",
             correctness=corr,
         )
     if not cfg.timing:

@@ -12,12 +12,17 @@ Operations (``spec["op"]``):
   delete the file (the candidate writes its next output only then: one output on disk at a
   time), and report a verdict per trial plus the guards' cross-trial output checks (on strided
   samples of at most ``SKETCH_ELEMENTS`` elements per tensor). No multi-GB tensor is written by
-  the reference, and none is held on the host for the comparison.
+  the reference, and none is held on the host for the comparison. A numerics stress trial
+  (``STRESS_VARIANTS``) has the reference run twice on its inputs: where it raises, is NaN/Inf
+  everywhere, or disagrees with itself, the trial is skipped (``reference_unstable``); a denormal
+  trial's output is also held to :func:`compare.subnormal_check`. Stress trials stay out of the
+  cross-trial checks and the guard's probe.
 - ``compile`` (candidate code, kernelbench format): import ``model_new.py`` so its
   ``load_inline`` builds run (cached by content); report each build.
 - ``candidate`` (candidate code): build ``ModelNew``, load the reference's state_dict, draw each
   trial's inputs itself (same seed, same generator: same values) and save its outputs; the
-  runtime guard watches every call.
+  runtime guard watches every call. An exception on a stress trial is written for the judge
+  (``out_N.pt.err``) in place of the output, and the next trials run.
 - ``time`` (candidate code): build ``ModelNew`` and its input pool, then (when the spec has a
   ``go_path``) write ``ready_path`` and wait for the parent to create ``go_path`` (the parent
   takes the device's exclusive gate in between, see ``gate``); time ``ModelNew`` with the
@@ -45,6 +50,13 @@ from pathlib import Path
 from typing import Any
 
 VARIANTS = ("base", "shift", "base", "scale", "base")
+# numerics stress trials (``SandboxConfig.stress_trials``), one trial each, after the others
+STRESS_VARIANTS = ("nan_inf", "denormal", "near_max", "offset")
+STRESS_POSITIONS = 64  # nan_inf / near_max: at most this many elements per tensor and value
+# offset: a shift by this many standard deviations (per dtype: the half types keep a few bits
+# of the distribution's resolution at the offset)
+OFFSET_SIGMAS = {"float16": 64.0, "bfloat16": 16.0}
+OFFSET_SIGMAS_DEFAULT = 1024.0
 T_IMPORT = time.time()  # wall clock when this module was imported: the parent knows the spawn
 
 
@@ -73,22 +85,75 @@ def variant_schedule(n: int) -> list[str]:
     return [VARIANTS[i] if i < len(VARIANTS) else extra[(i - len(VARIANTS)) % 3] for i in range(n)]
 
 
-def apply_variant(inputs: list[Any], variant: str) -> list[Any]:
-    """Shift (+0.5 std, keeps signs of positive inputs) or scale (x2.5) floating tensors."""
+def apply_variant(inputs: list[Any], variant: str, seed: int = 0) -> list[Any]:
+    """Shift (+0.5 std, keeps signs of positive inputs) or scale (x2.5) floating tensors, or a
+    numerics stress variant (:func:`stress_input`, positions drawn from ``seed``)."""
     import torch
 
     if variant == "base":
         return inputs
+    if variant not in VARIANTS and variant not in STRESS_VARIANTS:
+        raise ValueError(f"unknown trial variant {variant!r}")
     out = []
-    for x in inputs:
+    for i, x in enumerate(inputs):
         if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel() > 0:
             if variant == "shift":
-                s = float(x.float().std()) if x.numel() > 1 else 1.0
-                x = x + (0.5 * (s if s == s and s > 0 else 1.0))
+                x = x + 0.5 * _std(x)
             elif variant == "scale":
                 x = x * 2.5
+            elif variant in STRESS_VARIANTS:
+                x = stress_input(x, variant, seed, i)
         out.append(x)
     return out
+
+
+def _std(x: Any) -> float:
+    """The tensor's standard deviation, 1.0 where it is not a positive number."""
+    s = float(x.float().std()) if x.numel() > 1 else 1.0
+    return s if s == s and 0 < s < float("inf") else 1.0
+
+
+def stress_input(x: Any, variant: str, seed: int, index: int) -> Any:
+    """Input ``index`` of a trial (a floating tensor, the base draw) under a stress variant,
+    deterministic in ``(seed, index)``: every position and value comes from a generator seeded
+    from them on the tensor's own device, so the judge and the candidate get the same bits.
+
+    - ``nan_inf``: ``k = clamp(numel // 1024, 1, 64)`` positions each set to NaN, +Inf, -Inf;
+    - ``denormal``: about half the elements (a random mask) multiplied by ``finfo.tiny / 4``:
+      subnormal values of the dtype (``|x| < 4``), the rest unchanged;
+    - ``near_max``: ``k`` distinct positions set to ``sign(x) * u * finfo.max``, ``u`` uniform in
+      [0.5, 1): finite values near the dtype's limit;
+    - ``offset``: ``x + c * std(x)``, ``c`` 1024 (16 for bfloat16, 64 for float16): a large offset
+      against which reductions cancel.
+    """
+    import torch
+
+    fi = torch.finfo(x.dtype)
+    g = torch.Generator(device=x.device)
+    salt = 7919 * (index + 1) + STRESS_VARIANTS.index(variant)
+    g.manual_seed((int(seed) * 1_000_003 + salt) % (1 << 63))
+    if variant == "offset":
+        c = OFFSET_SIGMAS.get(str(x.dtype).replace("torch.", ""), OFFSET_SIGMAS_DEFAULT)
+        return x + c * _std(x)
+    y = x.clone(memory_format=torch.contiguous_format)
+    flat = y.view(-1)
+    n = flat.numel()
+    k = max(1, min(STRESS_POSITIONS, n // 1024))
+    if variant == "nan_inf":
+        pos = torch.randint(0, n, (3 * k,), generator=g, device=x.device)
+        flat[pos[:k]] = float("nan")
+        flat[pos[k : 2 * k]] = float("inf")
+        flat[pos[2 * k :]] = float("-inf")
+    elif variant == "denormal":
+        mask = torch.rand(y.shape, generator=g, device=x.device, dtype=torch.float32) < 0.5
+        y = torch.where(mask, y * (fi.tiny * 0.25), y)
+    elif variant == "near_max":
+        # distinct positions: one value per position whatever the device's scatter order
+        pos = torch.unique(torch.randint(0, n, (k,), generator=g, device=x.device))
+        u = torch.rand(pos.numel(), generator=g, device=x.device, dtype=torch.float64)
+        sign = torch.where(flat[pos] < 0, -1.0, 1.0).to(torch.float64)
+        flat[pos] = (sign * (0.5 + 0.5 * u) * fi.max).clamp(-fi.max, fi.max).to(x.dtype)
+    return y
 
 
 class _HostStaging:
@@ -234,7 +299,12 @@ def _load_reference(spec: dict[str, Any]):
 
 def _trial_inputs(ref, trial: dict[str, Any], device: str) -> list[Any]:
     inputs = ref.make_inputs(device=device, seed=int(trial["seed"]))
-    return apply_variant(inputs, trial["variant"])
+    return apply_variant(inputs, trial["variant"], int(trial["seed"]))
+
+
+def is_stress(trial: dict[str, Any]) -> bool:
+    """Whether a trial is a numerics stress trial."""
+    return trial.get("variant") in STRESS_VARIANTS
 
 
 def _load_model_new(spec: dict[str, Any]):
@@ -297,13 +367,19 @@ def op_reference(spec: dict[str, Any], report: dict[str, Any]) -> None:
 
     times = []
     in_bytes = out_bytes = 0
-    for trial in spec["trials"]:
-        with _phase(report, "inputs"):
-            inputs = _trial_inputs(ref, trial, device)
-        t0 = time.perf_counter()
-        with _phase(report, "forward"), torch.no_grad():
-            out = model(*inputs)
-            _sync(device)
+    for i, trial in enumerate(spec["trials"]):
+        try:
+            with _phase(report, "inputs"):
+                inputs = _trial_inputs(ref, trial, device)
+            t0 = time.perf_counter()
+            with _phase(report, "forward"), torch.no_grad():
+                out = model(*inputs)
+                _sync(device)
+        except Exception as e:  # a reference may refuse stressed inputs (the judge skips it)
+            if not is_stress(trial):
+                raise
+            report.setdefault("stress_errors", {})[str(i)] = f"{type(e).__name__}: {e}"[:500]
+            continue
         times.append(time.perf_counter() - t0)
         in_bytes, out_bytes = max(in_bytes, tensor_bytes(inputs)), max(out_bytes, tensor_bytes(out))
         del out, inputs
@@ -332,10 +408,11 @@ def _sketch(obj: Any) -> Any:
     return obj
 
 
-def _wait_output(path: Path, done: Path, deadline: float) -> bool:
-    """Poll for the candidate's output file; False once the candidate is done without it."""
+def _wait_output(path: Path, done: Path, deadline: float, err: Path | None = None) -> bool:
+    """Poll for the candidate's output file; False once the candidate is done without it, or
+    has written ``err`` instead (a stress trial it raised on)."""
     while not path.exists():
-        if done.exists():
+        if done.exists() or (err is not None and err.exists()):
             return path.exists()
         if time.monotonic() > deadline:
             raise TimeoutError(f"no {path.name} from the candidate and no end of its process")
@@ -348,7 +425,7 @@ def op_judge(spec: dict[str, Any], report: dict[str, Any]) -> None:
         import msgspec
         import torch
 
-        from .compare import Tolerance, compare
+        from .compare import Tolerance, compare, stress_check
     device = spec["device"]
     with _phase(report, "init_device"):
         _init_device(spec)
@@ -363,27 +440,50 @@ def op_judge(spec: dict[str, Any], report: dict[str, Any]) -> None:
     verdicts: list[dict[str, Any]] = []
     ref_sk: list[Any] = []
     cand_sk: list[Any] = []
+    n_plain = 0  # outputs of trials that are not stress trials (the cross-trial checks' own)
     for item in spec["outputs"]:
         trial = spec["trials"][int(item["trial"])]
+        stress = is_stress(trial)
+        n_plain += not stress
+        unstable = None
         with _phase(report, "reference"), torch.no_grad():
-            inputs = _trial_inputs(ref, trial, device)
-            expected = model(*inputs)
-            del inputs
+            if stress:
+                expected, unstable = _stress_reference(ref, model, trial, device, tol, compare)
+            else:
+                inputs = _trial_inputs(ref, trial, device)
+                expected = model(*inputs)
+                del inputs
             _sync(device)
         f = io / item["file"]
+        err = f.with_name(f.name + ".err")
         with _phase(report, "wait_candidate"):
-            present = _wait_output(f, done, deadline)
-        verdict, sketch = _judge_file(f, present, expected, tol, device, compare, report)
+            present = _wait_output(f, done, deadline, err)
+        if unstable is not None:
+            # not the candidate's to reproduce: reported, and left out of the verdict
+            verdict: dict[str, Any] = {
+                "passed": True,
+                "skipped": True,
+                "reference_unstable": unstable,
+                "message": f"skipped: reference unstable under {trial['variant']}: {unstable}",
+            }
+        elif not present and err.exists():
+            verdict = {"passed": False, "message": "the candidate raised: " + _read_err(err)}
+        else:
+            check = (lambda r, c, v=trial["variant"]: stress_check(v, r, c)) if stress else None
+            verdict, sketch = _judge_file(f, present, expected, tol, device, compare, report, check)
+            if sketch is not None and not stress:
+                ref_sk.append(_sketch(expected))
+                cand_sk.append(sketch)
+        if stress:
+            verdict["stress"] = trial["variant"]
         verdicts.append(verdict)
-        if sketch is not None:
-            ref_sk.append(_sketch(expected))
-            cand_sk.append(sketch)
         del expected
-        with contextlib.suppress(OSError):
-            f.unlink()
+        for g in (f, err):
+            with contextlib.suppress(OSError):
+                g.unlink()
     report["trials"] = verdicts
     policy = spec.get("guard_policy", "off")
-    if policy != "off" and len(cand_sk) == len(spec["outputs"]) > 1:
+    if policy != "off" and len(cand_sk) == n_plain > 1:
         from cuda_agent.guards.api import output_checks
 
         with _phase(report, "output_checks"):
@@ -392,11 +492,73 @@ def op_judge(spec: dict[str, Any], report: dict[str, Any]) -> None:
             ]
 
 
+def _stress_reference(
+    ref: Any, model: Any, trial: dict[str, Any], device: str, tol: Any, compare: Any
+) -> tuple[Any, str | None]:
+    """The reference's output on a stress trial's inputs, and why the reference itself is
+    unstable under them (None when it is not): it raised, its output is NaN/Inf everywhere, or
+    a second run on the same inputs (drawn again) does not match the first by the comparison
+    itself (NaN where NaN, the same infinities, finite values within the tolerance)."""
+    try:
+        first = model(*_trial_inputs(ref, trial, device))
+        again = model(*_trial_inputs(ref, trial, device))
+        _sync(device)
+    except Exception as e:  # noqa: BLE001 - trusted code refusing the stressed inputs
+        return None, f"the reference raised {type(e).__name__}: {str(e)[:300]}"
+    if _nowhere_finite(first):
+        return first, "its output is NaN/Inf everywhere"
+    v = compare(first, again, tol)
+    del again
+    if not v.passed:
+        return first, f"two runs on the same inputs differ ({v.message[:300]})"
+    return first, None
+
+
+def _nowhere_finite(obj: Any) -> bool:
+    """Whether ``obj`` has floating values and none of them is finite."""
+    import torch
+
+    from .compare import _flatten
+
+    leaves: list[tuple[str, Any]] = []
+    _flatten(obj, "out", leaves)
+    floats = [
+        t
+        for _, t in leaves
+        if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and t.numel()
+    ]
+    return bool(floats) and not any(bool(torch.isfinite(t).any()) for t in floats)
+
+
+def _read_err(err: Path) -> str:
+    """The first 500 characters of the candidate's error marker: a regular file with one link,
+    opened without following a link (the judge may run as root; the text goes into the result)."""
+    try:
+        fd = os.open(err, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        return f"(unreadable: {e.strerror})"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            return "(not a regular file with one link)"
+        return os.read(fd, 500).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+
+
 def _judge_file(
-    f: Path, present: bool, expected: Any, tol: Any, device: str, compare: Any, report: dict
+    f: Path,
+    present: bool,
+    expected: Any,
+    tol: Any,
+    device: str,
+    compare: Any,
+    report: dict,
+    check: Callable[[Any, Any], Any] | None = None,
 ) -> tuple[dict[str, Any], Any]:
     """One trial's verdict (``passed``, ``message``, errors) and the sketch of the candidate's
-    output (None when it could not be read)."""
+    output (None when it could not be read); ``check(expected, candidate)``, when given, is a
+    further verdict on an output that passed the comparison (a stress trial's own rule)."""
     import torch
 
     from cuda_agent.profiler.baseline import tensor_bytes
@@ -426,6 +588,10 @@ def _judge_file(
         return {"passed": False, "message": msg}, None
     with _phase(report, "compare"):
         v = compare(expected, cand, tol)
+        if v.passed and check is not None:
+            extra = check(expected, cand)
+            if not extra.passed:
+                v.passed, v.message = False, extra.message
         _sync(device)
     return {
         "passed": v.passed,
@@ -508,15 +674,31 @@ def op_candidate(spec: dict[str, Any], report: dict[str, Any]) -> None:
     last = None
     for i, trial in enumerate(spec["trials"]):
         report["stage"] = f"trial {i}"
-        with _phase(report, "inputs"):
-            inputs = _trial_inputs(ref, trial, device)
-        with _phase(report, "forward"), torch.no_grad():
-            if guard is not None:
-                with guard.watch(inputs):
+        inputs = None
+        try:
+            with _phase(report, "inputs"):
+                inputs = _trial_inputs(ref, trial, device)
+            with _phase(report, "forward"), torch.no_grad():
+                if guard is not None:
+                    with guard.watch(inputs):
+                        out = model(*inputs)
+                else:
                     out = model(*inputs)
-            else:
-                out = model(*inputs)
-            _sync(device)
+                _sync(device)
+        except Exception as e:
+            if not is_stress(trial):
+                raise
+            # a stress trial the candidate refuses: the judge reads why (and fails the trial
+            # unless the reference is unstable there too); the next trials still run
+            if i > 0:
+                _wait_consumed(out_dir / f"out_{i - 1}.pt", spec)
+            err = out_dir / f"out_{i}.pt.err"
+            tmp = err.with_name(err.name + ".part")
+            tmp.write_text(f"{type(e).__name__}: {e}"[:500])
+            os.replace(tmp, err)
+            report["trials_done"] = i + 1
+            del inputs
+            continue
         if guard is not None:
             with _phase(report, "guard_checks"):
                 guard.after_call(inputs, out)
@@ -525,7 +707,8 @@ def op_candidate(spec: dict[str, Any], report: dict[str, Any]) -> None:
                 _wait_consumed(out_dir / f"out_{i - 1}.pt", spec)
             _save_output(out, out_dir / f"out_{i}.pt")
         report["trials_done"] = i + 1
-        last = (inputs, out)
+        if not is_stress(trial):  # the guard's probe runs on the last plain trial's inputs
+            last = (inputs, out)
         del out, inputs
     if guard is not None and last is not None and spec.get("guard_probe", True):
         report["stage"] = "guard probe"
