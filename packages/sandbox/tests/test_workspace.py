@@ -139,3 +139,25 @@ def test_the_workspace_tools_verify_under_the_workspaces_policy(
         )
         assert want in out, out
     assert codes == {"strict": 1, "kernelbench": 0}, codes
+
+
+def test_a_solution_is_read_from_regular_files_only(tmp_path, scale_add_task):
+    """A confined command can plant links and FIFOs in the workspace; the evaluator (often
+    root) must not read through them: a link to a secret outside is left out, not copied."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root's secret")
+    ws = create_workspace(scale_add_task, tmp_path / "ws", backend="cpu")
+    (ws / "kernels" / "leak.cpp").symlink_to(secret)
+    os.mkfifo(ws / "kernels" / "hang.cu")  # opening it for reading would block
+    (ws / "kernels" / "sub").mkdir()
+    (ws / "kernels" / "sub" / "ok.h").write_text("// a header\n")
+    (ws / "kernels" / "outside").symlink_to(tmp_path, target_is_directory=True)
+    (ws / "kernels" / "big.cpp").write_bytes(b"x" * ((4 << 20) + 1))
+    sol = solution_from_workspace(ws)
+    assert not any("secret" in t for t in sol.files.values())
+    assert set(sol.files) == {
+        "model_new.py",
+        "kernels/example_axpby.cpp",
+        "kernels/example_axpby_binding.cpp",
+        "kernels/sub/ok.h",
+    }

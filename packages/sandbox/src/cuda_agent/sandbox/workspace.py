@@ -187,15 +187,42 @@ def load_workspace_task(ws: str | os.PathLike[str]) -> tuple[Task, str]:
     return task, backend
 
 
+MAX_SOLUTION_FILE_BYTES = 4 << 20
+
+
+def _read_own_file(p: Path) -> str | None:
+    """A solution file's text, read only when it is a regular file (never through a link, a
+    FIFO or a device: the workspace is written by confined commands and read by the evaluator,
+    often as root) of at most ``MAX_SOLUTION_FILE_BYTES``; None otherwise."""
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SOLUTION_FILE_BYTES:
+            return None
+        return f.read(MAX_SOLUTION_FILE_BYTES + 1)[:MAX_SOLUTION_FILE_BYTES].decode(
+            errors="replace"
+        )
+
+
 def solution_from_workspace(ws: str | os.PathLike[str], origin: str = "workspace") -> Solution:
-    """The solution an agent left in a workspace: ``model_new.py`` and ``kernels/`` sources."""
+    """The solution an agent left in a workspace: ``model_new.py`` and ``kernels/`` sources.
+    Only regular files are read (a link, e.g. to a file outside the workspace, a FIFO or a file
+    over ``MAX_SOLUTION_FILE_BYTES`` is left out), and no directory link is followed."""
     d = Path(ws)
     files: dict[str, str] = {}
-    if (d / "model_new.py").exists():
-        files["model_new.py"] = (d / "model_new.py").read_text()
+    text = _read_own_file(d / "model_new.py")
+    if text is not None:
+        files["model_new.py"] = text
     kd = d / "kernels"
-    if kd.is_dir():
-        for p in sorted(kd.rglob("*")):
-            if p.is_file() and p.suffix in SOLUTION_EXT:
-                files[str(p.relative_to(d))] = p.read_text(errors="replace")
+    found: list[Path] = []
+    if kd.is_dir() and not kd.is_symlink():
+        for root, _, names in os.walk(kd):  # os.walk follows no directory link by default
+            found += [Path(root) / n for n in names if Path(n).suffix in SOLUTION_EXT]
+    for p in sorted(found):
+        text = _read_own_file(p)
+        if text is not None:
+            files[str(p.relative_to(d))] = text
     return Solution.make("workdir", files, origin=origin)
