@@ -1,8 +1,9 @@
 """Shape generalisation: rewrite a task's module-level size constants to a second, unseen size.
 
-Kernels that hard-code the published shape are common. The sandbox verifies once more with the
-resized reference (and the same solution); a failure there is the ``G-SHAPE-GENERALISATION``
-flag, reported separately from the main verdict.
+Kernels that hard-code the published shape are common. With ``SandboxConfig.shape_check``
+(``--shape-check``) the sandbox verifies a correct candidate once more with the resized
+reference (and the same solution, from the same build): a wrong result or a crash there makes
+the result ``incorrect``, explained by the ``G-SHAPE-GENERALISATION`` flag.
 """
 
 from __future__ import annotations
@@ -81,6 +82,37 @@ def _pairs(node: ast.Assign) -> list[tuple[ast.Name, ast.AST]]:
     return pairs
 
 
+def _edits(
+    ref_code: str, factor: float, avoid_multiples: bool
+) -> tuple[list[tuple[int, int, int, str]], dict[str, tuple[int, int]]]:
+    """The literal edits of a resize (line, start, end, new text) and the sizes they change
+    (name -> (old, new)); both empty when nothing can change. Raises ``SyntaxError``."""
+    tree = ast.parse(ref_code)
+    sizes = size_constants(ref_code)
+    edits: list[tuple[int, int, int, str]] = []
+    plan: dict[str, tuple[int, int]] = {}
+    for node in tree.body if sizes else []:
+        if not isinstance(node, ast.Assign):
+            continue
+        for tgt, val in _pairs(node):
+            if tgt.id in sizes and isinstance(val, ast.Constant) and val.lineno == val.end_lineno:
+                new = _new_size(sizes[tgt.id], factor, avoid_multiples)
+                edits.append((val.lineno - 1, val.col_offset, val.end_col_offset or 0, str(new)))
+                plan[tgt.id] = (sizes[tgt.id], new)
+    return edits, plan
+
+
+def resize_plan(
+    ref_code: str, factor: float = 0.75, avoid_multiples: bool = True
+) -> dict[str, tuple[int, int]]:
+    """The sizes :func:`resize_task_source` changes, ``{name: (old, new)}``; empty when it would
+    return ``None``."""
+    try:
+        return _edits(ref_code, factor, avoid_multiples)[1]
+    except SyntaxError:
+        return {}
+
+
 def resize_task_source(
     ref_code: str, factor: float = 0.75, avoid_multiples: bool = True
 ) -> str | None:
@@ -88,23 +120,12 @@ def resize_task_source(
     original; nudged off multiples of 8 when ``avoid_multiples``); ``None`` when the task has no
     constant that can change or does not parse. Only the constants' literals are edited."""
     try:
-        tree = ast.parse(ref_code)
-        sizes = size_constants(ref_code)
+        edits, _ = _edits(ref_code, factor, avoid_multiples)
     except SyntaxError:
         return None
-    if not sizes:
-        return None
-    lines = ref_code.splitlines(keepends=True)
-    edits: list[tuple[int, int, int, str]] = []
-    for node in tree.body:
-        if not isinstance(node, ast.Assign):
-            continue
-        for tgt, val in _pairs(node):
-            if tgt.id in sizes and isinstance(val, ast.Constant) and val.lineno == val.end_lineno:
-                new = _new_size(sizes[tgt.id], factor, avoid_multiples)
-                edits.append((val.lineno - 1, val.col_offset, val.end_col_offset or 0, str(new)))
     if not edits:
         return None
+    lines = ref_code.splitlines(keepends=True)
     for ln, a, b, text in sorted(edits, reverse=True):
         line = lines[ln].encode()
         lines[ln] = (line[:a] + text.encode() + line[b:]).decode()

@@ -161,6 +161,15 @@ def run(
             "and offset inputs, one trial each (off: the paper's protocol).",
         ),
     ] = False,
+    shape_check: Annotated[
+        bool,
+        typer.Option(
+            "--shape-check/--no-shape-check",
+            help="Verify a correct solution again at a resized instance of its problem (sizes "
+            "scaled by 0.75; a failure there: incorrect, G-SHAPE-GENERALISATION; `report` shows "
+            "the passes at resized shapes). With --stress-trials: the robust setting.",
+        ),
+    ] = False,
     timing: Annotated[
         bool, typer.Option("--timing/--no-timing", help="Time candidates and baselines.")
     ] = True,
@@ -234,6 +243,7 @@ def run(
             atol=atol,
             rtol=rtol,
             stress_trials=stress_trials,
+            shape_check=shape_check,
             timing=timing,
             baselines=timing,
             timing_config=tcfg,
@@ -338,6 +348,8 @@ def report(
         "device": ",".join(devices),
         "results": len(results),
     }
+    if any(isinstance(r.meta.get("shape_check"), dict) for r in results):
+        settings["shape check"] = "on"
     doc = {
         "settings": settings,
         "levels": [r.as_dict() for r in rows],

@@ -9,7 +9,11 @@ Definitions (also printed in every report):
 - *geomean speed-up, all*: geometric mean over all problems, a failure (or a correct result with no
   baseline) counted as 1.0x; *geomean speed-up, correct*: over correct problems with a baseline;
 - *mean reward*: over all problems, a problem with no result scoring -1;
-- *overall*: the same definitions pooled over all problems, i.e. levels weighted by problem count.
+- *overall*: the same definitions pooled over all problems, i.e. levels weighted by problem count;
+- with ``--shape-check`` (results carrying ``meta.shape_check``): *correct at the task's shape*:
+  status ``ok``, or failed only at a resized instance; *passes at resized shapes*: status ``ok``
+  and verified again at the resized instance (of all problems); *not resizable*: ``ok`` but the
+  task has no size that can change (the check was skipped).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ class ProblemOutcome:
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
     reward: float | None = None
+    # the shape check's verdict (meta.shape_check): passed | failed | skipped; None: not run
+    shape_check: str | None = None
 
     @property
     def correct(self) -> bool:
@@ -52,6 +58,11 @@ class LevelMetrics:
     geomean_speedup_vs_eager_correct: float | None
     geomean_speedup_vs_compile_correct: float | None
     mean_reward: float
+    # with the shape check (None where no result of the group carries it)
+    correct_at_task_shape: int | None = None
+    passes_at_resized_shapes: int | None = None
+    passes_at_resized_shapes_rate: float | None = None
+    not_resizable: int | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -87,6 +98,9 @@ def level_metrics(label: str, outs: list[ProblemOutcome], threshold: float = 0.0
     def correct_geo(attr: str) -> float | None:
         return _geomean([getattr(o, attr) for o in ok if _usable(getattr(o, attr))])
 
+    shaped = any(o.shape_check is not None for o in outs)
+    resized = sum(1 for o in ok if o.shape_check == "passed")
+
     return LevelMetrics(
         level=label,
         problems=n,
@@ -103,7 +117,28 @@ def level_metrics(label: str, outs: list[ProblemOutcome], threshold: float = 0.0
         geomean_speedup_vs_eager_correct=correct_geo("speedup_vs_eager"),
         geomean_speedup_vs_compile_correct=correct_geo("speedup_vs_compile"),
         mean_reward=sum(-1.0 if o.reward is None else o.reward for o in outs) / n,
+        correct_at_task_shape=(
+            len(ok) + sum(1 for o in outs if not o.correct and o.shape_check == "failed")
+            if shaped
+            else None
+        ),
+        passes_at_resized_shapes=resized if shaped else None,
+        passes_at_resized_shapes_rate=resized / n if shaped else None,
+        not_resizable=sum(1 for o in ok if o.shape_check == "skipped") if shaped else None,
     )
+
+
+def shape_verdict(r: EvalResult) -> str | None:
+    """``passed``, ``failed`` or ``skipped`` from ``meta.shape_check``; None when it did not run
+    (or ended without a verdict)."""
+    sc = r.meta.get("shape_check")
+    if not isinstance(sc, dict):
+        return None
+    if sc.get("passed") is True:
+        return "passed"
+    if sc.get("passed") is False:
+        return "failed"
+    return "skipped" if sc.get("skipped") else None
 
 
 def _rank(o: ProblemOutcome) -> tuple[float, float]:
@@ -136,6 +171,7 @@ def outcomes(tasks: Iterable[Task], results: Iterable[EvalResult]) -> list[Probl
             speedup_vs_eager=r.speedup_vs_eager,
             speedup_vs_compile=r.speedup_vs_compile,
             reward=reward,
+            shape_check=shape_verdict(r),
         )
         if t.id not in best or _rank(o) > _rank(best[t.id]):
             best[t.id] = o

@@ -57,6 +57,7 @@ def markdown(rows: list[M.LevelMetrics], settings: dict[str, Any]) -> str:
             f"{_x(r.geomean_speedup_vs_eager_correct)} | {_x(r.geomean_speedup_vs_compile_all)} / "
             f"{_x(r.geomean_speedup_vs_compile_correct)} | {r.mean_reward:+.2f} |"
         )
+    lines += _shape_lines(rows)
     lines += ["", "The paper's published rows (CUDA Agent, KernelBench L1-L3, 250 problems):", ""]
     lines.append(
         "| split | pass rate | faster than eager | faster than compile | geomean vs eager "
@@ -85,6 +86,32 @@ def markdown(rows: list[M.LevelMetrics], settings: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _shape_lines(rows: list[M.LevelMetrics]) -> list[str]:
+    """The shape check's table (``--shape-check``), when any result carries it."""
+    if all(r.correct_at_task_shape is None for r in rows):
+        return []
+    lines = [
+        "",
+        "Shape generalisation (`--shape-check`: each correct solution verified again at a resized "
+        "instance of its problem):",
+        "",
+        "| split | problems | correct at the task's shape | passes at resized shapes "
+        "| not resizable (skipped) |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        name = "overall" if r.level == "overall" else f"level {r.level}"
+        if r.correct_at_task_shape is None:
+            lines.append(f"| {name} | {r.problems} | - | - | - |")
+            continue
+        lines.append(
+            f"| {name} | {r.problems} | {r.correct_at_task_shape} "
+            f"({_pct(r.correct_at_task_shape / r.problems)}) | {r.passes_at_resized_shapes} "
+            f"({_pct(r.passes_at_resized_shapes_rate or 0.0)}) | {r.not_resizable} |"
+        )
+    return lines
 
 
 def plot(

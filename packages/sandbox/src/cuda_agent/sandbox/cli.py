@@ -80,6 +80,15 @@ def eval_cmd(
             "denormal, near_max and offset inputs, after the plain ones (off: the paper's).",
         ),
     ] = False,
+    shape_check: Annotated[
+        bool,
+        typer.Option(
+            "--shape-check/--no-shape-check",
+            help="Verify a correct candidate again at a resized instance of its task (sizes "
+            "scaled by 0.75 as `guards resize-task` does; a failure there: incorrect, "
+            "G-SHAPE-GENERALISATION). With --stress-trials: the robust setting. Off by default.",
+        ),
+    ] = False,
     timing: Annotated[
         bool, typer.Option("--timing/--no-timing", help="Time correct candidates.")
     ] = True,
@@ -189,6 +198,7 @@ def eval_cmd(
             rtol=rtol,
             norm_tol=norm_tol,
             stress_trials=stress_trials,
+            shape_check=shape_check,
             timing=timing,
             baselines=baselines,
             guard_policy=guard_policy,

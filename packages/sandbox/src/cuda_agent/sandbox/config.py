@@ -23,6 +23,15 @@ class SandboxConfig:
     # denormal, near_max, offset): () off (the paper's protocol), True all four, or a tuple of
     # their names; stored as the tuple. The "robust" setting: ``stress_trials=True``
     stress_trials: tuple[str, ...] | bool = ()
+    # shape generalisation (off by default): a candidate that passed is verified once more (no
+    # timing, no stress trials) at each resized instance of its task, the module-level sizes
+    # get_inputs uses scaled by each factor as `guards resize-task` does (guards.shapes); every
+    # factor is in (0, 0.9], so each size shrinks and the working set is at most the original's.
+    # A wrong result or a crash there makes the result `incorrect` with the
+    # G-SHAPE-GENERALISATION flag; meta.shape_check says what ran. With ``stress_trials``:
+    # the "robust" setting
+    shape_check: bool = False
+    shape_factors: tuple[float, ...] = (0.75,)
     # wall-clock limits (seconds)
     compile_timeout_s: float = 300.0
     reference_timeout_s: float = 600.0
@@ -76,6 +85,13 @@ class SandboxConfig:
                 f"{', '.join(STRESS_VARIANTS)}"
             )
         object.__setattr__(self, "stress_trials", names)
+        factors = tuple(float(f) for f in self.shape_factors)
+        if not factors or any(not 0.0 < f <= 0.9 for f in factors):
+            raise ValueError(
+                f"shape_factors={self.shape_factors!r}: expected one or more factors in (0, 0.9] "
+                "(resized instances are smaller than the task's own)"
+            )
+        object.__setattr__(self, "shape_factors", factors)
         if self.baseline_compile_mode not in COMPILE_MODES:
             raise ValueError(
                 f"baseline_compile_mode={self.baseline_compile_mode!r}: expected one of "

@@ -610,7 +610,25 @@ def run_on_device(
     ``gate``: the device's gate (default: this process's gate of the device, ``device_gate``);
     ``mem_fraction``: cap of each process's CUDA caching allocator (several workers per GPU).
     A ``runtime_error``/``infra_error`` that looks like a memory failure, met while sharing the
-    device (or under a cap), is re-run alone once (see the module docstring); ``meta["rerun_alone"]`` says so."""
+    device (or under a cap), is re-run alone once (see the module docstring); ``meta["rerun_alone"]`` says so.
+    With ``config.shape_check`` a result ``ok`` is then verified at resized instances of the task
+    (:func:`_shape_check`)."""
+    r = _device_halves(p, gpu=gpu, slot=slot, gate=gate, mem_fraction=mem_fraction)
+    if r.status is Status.OK and p.config.shape_check:
+        r = _shape_check(p, r, gpu=gpu, slot=slot, gate=gate, mem_fraction=mem_fraction)
+    return r
+
+
+def _device_halves(
+    p: Prepared,
+    *,
+    gpu: str | None,
+    slot: int,
+    gate: DeviceGate | None,
+    mem_fraction: float | None,
+) -> EvalResult:
+    """:func:`run_on_device` without the shape check: the device half, re-run alone when a
+    memory failure met while sharing calls for it; removes ``p``'s directories."""
     try:
         if p.result is not None:
             return p.result
@@ -669,6 +687,122 @@ def run_on_device(
     finally:
         if p.root is not None and not p.config.keep_dirs:
             shutil.rmtree(p.root, ignore_errors=True)
+
+
+def _sizes_text(plan: dict[str, tuple[int, int]]) -> str:
+    return ", ".join(f"{k} {a}->{b}" for k, (a, b) in plan.items())
+
+
+def _shape_check(
+    p: Prepared,
+    r: EvalResult,
+    *,
+    gpu: str | None,
+    slot: int,
+    gate: DeviceGate | None,
+    mem_fraction: float | None,
+) -> EvalResult:
+    """Verify the candidate of ``r`` (``ok``) again at each of ``config.shape_factors``: the task
+    resized as ``guards resize-task`` does (every size smaller), the same solution, prepared
+    again (its build is found in the content-keyed cache) and run on the device without timing
+    or stress trials. A failure there (``incorrect``, ``runtime_error``, ``timeout``,
+    ``compile_error``) makes ``r`` ``incorrect`` with the ``G-SHAPE-GENERALISATION`` flag (a guard
+    reject there: ``guard_violation``); a task without a resizable size, or whose reference fails
+    at the new sizes, is skipped; another ``infra_error`` there is the result's.
+    ``meta["shape_check"]`` says what ran. Never raises."""
+    import msgspec
+
+    from cuda_agent.guards.checks import Findings
+    from cuda_agent.guards.shapes import resize_plan, resized_candidate
+
+    cfg, c = p.config, p.candidate
+    t0 = time.monotonic()
+    sub = cfg.with_(shape_check=False, timing=False, baselines=False, stress_trials=())
+    instances: list[dict[str, Any]] = []
+    meta: dict[str, Any] = {"instances": instances}
+
+    def done(res: EvalResult, **kw: Any) -> EvalResult:
+        meta["seconds"] = round(time.monotonic() - t0, 3)
+        m = dict(res.meta)
+        m["shape_check"] = meta
+        m["stages_s"] = dict(m.get("stages_s") or {}, shape_check=meta["seconds"])
+        return msgspec.structs.replace(res, meta=m, seconds=res.seconds + meta["seconds"], **kw)
+
+    try:
+        for f in cfg.shape_factors:
+            plan = resize_plan(c.task.ref_code, f)
+            if not plan:
+                meta["skipped"] = (
+                    "no module-level size constant (>= 8) that get_inputs uses and the model's "
+                    "constructor does not: the task cannot be resized"
+                )
+                return done(r)
+            sizes = _sizes_text(plan)
+            if any(b >= a for a, b in plan.values()):  # never larger than the task's own
+                meta["skipped"] = f"factor {f:g} would not shrink every size ({sizes})"
+                return done(r)
+            rc = resized_candidate(c, f)
+            if rc is None:
+                meta["skipped"] = "the task cannot be resized"
+                return done(r)
+            p2 = prepare(rc, sub, backend=p.backend, slot=slot)
+            r2 = _device_halves(p2, gpu=gpu, slot=slot, gate=gate, mem_fraction=mem_fraction)
+            inst: dict[str, Any] = {
+                "factor": f,
+                "task_id": rc.task.id,
+                "sizes": {k: [a, b] for k, (a, b) in plan.items()},
+                "status": r2.status.value,
+                "build_cached": bool(r2.compile is not None and r2.compile.cached),
+                "seconds": round(r2.seconds, 3),
+            }
+            instances.append(inst)
+            if r2.status is Status.OK:
+                continue
+            inst["message"] = r2.message[:500]
+            if r2.status is Status.INFRA_ERROR and r2.message.startswith("reference failed"):
+                meta["skipped"] = f"the reference fails at resized sizes ({sizes})"
+                return done(r)
+            what = f"shape check: {r2.status.value} at resized sizes ({sizes}): {r2.message}"
+            if r2.status is Status.INFRA_ERROR:  # no verdict: the sandbox failed there
+                meta["error"] = what[:2000]
+                return done(r, status=Status.INFRA_ERROR, message=what[:2000])
+            meta["passed"] = False
+            if r2.status is Status.GUARD_VIOLATION:
+                rejects = [
+                    msgspec.structs.replace(g, message=f"at resized sizes ({sizes}): {g.message}")
+                    for g in r2.guards
+                    if g.severity == "reject"
+                ]
+                return done(
+                    r, status=Status.GUARD_VIOLATION, message=what[:2000], guards=r.guards + rejects
+                )
+            fs = Findings(cfg.guard_policy)
+            fs.add(
+                "G-SHAPE-GENERALISATION",
+                f"{r2.status.value} at resized sizes ({sizes}), factor {f:g}",
+                r2.message,
+            )
+            corr = r.correctness
+            if corr is not None:
+                corr = msgspec.structs.replace(corr, passed=False, message=what[:500])
+            return done(
+                r,
+                status=Status.INCORRECT,
+                message=what[:2000],
+                guards=r.guards + fs.items,
+                correctness=corr,
+            )
+        meta["passed"] = True
+        return done(r)
+    except Exception as e:  # noqa: BLE001 - the evaluator's own failure
+        import traceback
+
+        meta["error"] = traceback.format_exc()[-4000:]
+        return done(
+            r,
+            status=Status.INFRA_ERROR,
+            message=f"sandbox error in the shape check: {type(e).__name__}: {e}",
+        )
 
 
 _TASK_WORK: dict[str, Any] = {}
