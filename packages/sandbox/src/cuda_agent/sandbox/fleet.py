@@ -47,7 +47,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +55,7 @@ from cuda_agent.records import Candidate, EvalResult, Status
 from cuda_agent.records.jsonl import decode, encode
 
 from .config import SandboxConfig, resolve_backend
+from .windowed import map_as_done, map_in_order
 
 DEFAULT_MAX_ATTEMPTS = 3
 START_GRACE_S = 30.0  # RayPool() returns once workers are up and no other came up this long
@@ -359,14 +360,7 @@ class RayPool:
     ) -> Iterator[Any]:
         """Results in input order, at most ``window`` in flight (``SandboxPool.map``): items that
         are not ``Candidate`` pass through in their place; ``items`` is read lazily."""
-        w = window or self.default_window
-        pending: deque[Any] = deque()
-        for item in items:
-            pending.append(self.submit(item) if isinstance(item, Candidate) else item)
-            while len(pending) >= w or (pending and _ready(pending[0])):
-                yield _value(pending.popleft(), return_exceptions)
-        while pending:
-            yield _value(pending.popleft(), return_exceptions)
+        return map_in_order(self.submit, items, window or self.default_window, return_exceptions)
 
     def map_unordered(
         self, items: Iterable[Any], window: int | None = None, *, return_exceptions: bool = False
@@ -374,25 +368,7 @@ class RayPool:
         """``(item, result)`` as each finishes, at most ``window`` in flight
         (``SandboxPool.map_unordered``); items that are not ``Candidate`` come back at once as
         ``(item, item)``."""
-        w = window or self.default_window
-        pending: dict[Future[EvalResult], Any] = {}
-
-        def finished(block: bool) -> Iterator[tuple[Any, Any]]:
-            done = wait(pending, return_when=FIRST_COMPLETED).done if block else None
-            for f in list(done if done is not None else pending):
-                if f.done():
-                    yield pending.pop(f), _value(f, return_exceptions)
-
-        for item in items:
-            if not isinstance(item, Candidate):
-                yield item, item
-                continue
-            pending[self.submit(item)] = item
-            while len(pending) >= w:
-                yield from finished(block=True)
-            yield from finished(block=False)
-        while pending:
-            yield from finished(block=True)
+        return map_as_done(self.submit, items, window or self.default_window, return_exceptions)
 
     def close(self) -> None:
         """Finish the jobs in flight, stop the workers (and end the Ray connection this pool
@@ -631,15 +607,3 @@ def _kill(ray: Any, handle: Any) -> None:
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0][:300] if text else ""
-
-
-def _ready(x: Any) -> bool:
-    return not isinstance(x, Future) or x.done()
-
-
-def _value(x: Any, return_exceptions: bool = False) -> Any:
-    if not isinstance(x, Future):
-        return x
-    if return_exceptions and (e := x.exception()) is not None:
-        return e
-    return x.result()

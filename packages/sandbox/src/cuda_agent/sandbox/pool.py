@@ -28,9 +28,8 @@ import itertools
 import os
 import queue
 import threading
-from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from cuda_agent.records import Candidate, EvalResult
@@ -38,6 +37,7 @@ from cuda_agent.records import Candidate, EvalResult
 from .config import SandboxConfig, resolve_backend
 from .evaluate import Prepared, prepare, prewarm_servers, run_on_device
 from .gate import device_gate, domain_of
+from .windowed import map_as_done, map_in_order
 
 GPU_MEMORY_SHARE = 0.9  # of a GPU's memory, split between the workers sharing it
 
@@ -196,14 +196,7 @@ class SandboxPool:
         ``default_window``; 1: one at a time), and ``items`` is read only as far as that allows.
         An evaluation that raised raises here, or with ``return_exceptions`` is yielded as its
         exception in its place."""
-        w = window or self.default_window
-        pending: deque[Any] = deque()
-        for item in items:
-            pending.append(self.submit(item) if isinstance(item, Candidate) else item)
-            while len(pending) >= w or (pending and _ready(pending[0])):
-                yield _value(pending.popleft(), return_exceptions)
-        while pending:
-            yield _value(pending.popleft(), return_exceptions)
+        return map_in_order(self.submit, items, window or self.default_window, return_exceptions)
 
     def map_unordered(
         self, items: Iterable[Any], window: int | None = None, *, return_exceptions: bool = False
@@ -211,25 +204,7 @@ class SandboxPool:
         """Like :meth:`map`, but yields ``(item, result)`` as each evaluation finishes, so that one
         slow candidate holds back no other result. Items that are not ``Candidate`` come back at
         once as ``(item, item)``. At most ``window`` candidates are in flight."""
-        w = window or self.default_window
-        pending: dict[Future[EvalResult], Any] = {}
-
-        def finished(block: bool) -> Iterator[tuple[Any, Any]]:
-            done = wait(pending, return_when=FIRST_COMPLETED).done if block else None
-            for f in list(done if done is not None else pending):
-                if f.done():
-                    yield pending.pop(f), _value(f, return_exceptions)
-
-        for item in items:
-            if not isinstance(item, Candidate):
-                yield item, item
-                continue
-            pending[self.submit(item)] = item
-            while len(pending) >= w:
-                yield from finished(block=True)
-            yield from finished(block=False)
-        while pending:
-            yield from finished(block=True)
+        return map_as_done(self.submit, items, window or self.default_window, return_exceptions)
 
     def close(self) -> None:
         """Finish queued work and stop the workers."""
@@ -247,15 +222,3 @@ class SandboxPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _ready(x: Any) -> bool:
-    return not isinstance(x, Future) or x.done()
-
-
-def _value(x: Any, return_exceptions: bool = False) -> Any:
-    if not isinstance(x, Future):
-        return x
-    if return_exceptions and (e := x.exception()) is not None:
-        return e
-    return x.result()
