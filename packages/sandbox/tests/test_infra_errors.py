@@ -120,3 +120,94 @@ def test_a_failure_before_the_candidates_code_is_told_apart(tmp_path, scale_add_
 def _mk(path):
     path.mkdir()
     return path
+
+
+OOM_AFTER = """import cuda_extension
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, cols):
+        super().__init__()
+        self.w = nn.Parameter(torch.empty(cols))
+        self.b = nn.Parameter(torch.empty(cols))
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls > CALLS:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB")
+        return cuda_extension.run(x, self.w, self.b)
+"""
+
+
+def test_out_of_memory_in_the_guards_probe_is_ours(
+    warm_build, cache_dir, scale_add_task, scale_add_files
+):
+    """Found on the H200: the probe's re-runs after the five trials (a poisoned allocator, the
+    re-runs' outputs) ran KernelBench's 6-8 GB problems out of device memory, and honest
+    candidates got ``runtime_error``. Out of memory there is the evaluator's (``infra_error``);
+    out of memory during a trial stays the candidate's."""
+    from cuda_agent.sandbox.evaluate import evaluate
+
+    from .conftest import workdir_candidate
+
+    cfg = SandboxConfig(
+        backend="cpu", cache_dir=str(cache_dir), guard_policy="kernelbench", timing=False
+    )
+    verdicts = {}
+    for calls in (5, 2):  # 5: every trial passes, the probe's first re-run fails
+        src = OOM_AFTER.replace("CALLS", str(calls))
+        c = workdir_candidate(scale_add_task, scale_add_files, **{"model_new.py": src})
+        verdicts[calls] = evaluate(c, cfg)
+    assert verdicts[5].status == Status.INFRA_ERROR, verdicts[5].message
+    assert "guards' probe" in verdicts[5].message and "out of memory" in verdicts[5].message
+    assert verdicts[2].status == Status.RUNTIME_ERROR, verdicts[2].message
+
+
+WIDE_REF = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(1024, 1024)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def get_inputs():
+    return [torch.randn(4, 1024)]
+
+
+def get_init_inputs():
+    return []
+"""
+WIDE_NEW = WIDE_REF.replace("class Model(", "class ModelNew(").replace(
+    "return self.fc(x)", "return torch.addmm(self.fc.bias, x, self.fc.weight.t())"
+)
+
+
+def test_the_references_weights_file_has_no_candidate_file_size_cap(cache_dir):
+    """Found on the H200: KernelBench L3/2 (ShallowWideMLP, 8.7 GB of weights at today's sizes)
+    failed as ``infra_error``: the trusted reference process, which writes the weights file the
+    candidate loads, ran under the candidate's file-size limit. Here the limit is 1 MB and the
+    weights 4 MB: the reference (and the judge) are not capped, the candidate still is."""
+    from cuda_agent.records import Task
+    from cuda_agent.sandbox.evaluate import evaluate
+
+    task = Task.make("wide_linear", WIDE_REF)
+    cfg = SandboxConfig(backend="cpu", cache_dir=str(cache_dir), guard_policy="off", fsize_mb=1)
+    r = evaluate(kb_candidate(task, WIDE_NEW), cfg.with_(timing=False))
+    assert r.status == Status.OK, r.message
+    # the candidate's own files stay capped: a 4 MB output exceeds its 1 MB
+    # (which would otherwise be judged incorrect: a wrong shape)
+    big = WIDE_NEW.replace(
+        "return torch.addmm(self.fc.bias, x, self.fc.weight.t())", "return torch.zeros(1 << 20)"
+    )
+    r = evaluate(kb_candidate(task, big), cfg.with_(timing=False))
+    assert r.status == Status.RUNTIME_ERROR, (r.status, r.message)
+    assert "unexpected pos" in r.message or "iostream" in r.message, r.message  # the write refused

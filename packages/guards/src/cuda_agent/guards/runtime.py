@@ -73,9 +73,15 @@ def fingerprint(t: torch.Tensor) -> tuple:
     return meta + (s1, s2, s3)
 
 
+COMPARE_CHUNK = 1 << 24  # elements per slice of :func:`same_output`'s float64 comparison
+
+
 def same_output(a: Any, b: Any, rtol: float = 1e-3) -> str | None:
     """``None`` when ``a`` and ``b`` hold the same values (NaN where NaN, within ``rtol`` of the
-    largest magnitude), else a short description of the first difference."""
+    largest magnitude), else a short description of the first difference. Tensors that are not
+    bit-identical are compared in slices of :data:`COMPARE_CHUNK` elements: the temporaries stay
+    a few hundred MB whatever the output's size (a whole-tensor float64 copy of a 6 GB output is
+    12 GB, on a device the probe has already filled)."""
     fa, fb = flatten(a), flatten(b)
     if len(fa) != len(fb):
         return f"{len(fa)} outputs vs {len(fb)}"
@@ -92,20 +98,37 @@ def same_output(a: Any, b: Any, rtol: float = 1e-3) -> str | None:
             return f"output {i}: shape {tuple(x.shape)} vs {tuple(y.shape)}"
         if x.numel() == 0 or (x.dtype == y.dtype and torch.equal(x, y)):
             continue  # the common case, and cheap
-        xd, yd = x.to(torch.float64), y.to(torch.float64)
+        d = _slices_differ(x.reshape(-1), y.reshape(-1), rtol)
+        if d:
+            return f"output {i}: {d}"
+    return None
+
+
+def _slices_differ(x: torch.Tensor, y: torch.Tensor, rtol: float) -> str | None:
+    """:func:`same_output`'s rule on two flat tensors of one length, slice by slice: NaN
+    positions and infinities must match; the largest finite difference must be within ``rtol``
+    of the largest finite magnitude of ``y`` (both maxima over the whole tensor)."""
+    nan_diff = 0
+    diff = scale = 0.0
+    any_finite = False
+    for s in range(0, x.numel(), COMPARE_CHUNK):
+        xd = x[s : s + COMPARE_CHUNK].to(torch.float64)
+        yd = y[s : s + COMPARE_CHUNK].to(torch.float64)
         nx, ny = torch.isnan(xd), torch.isnan(yd)
-        if not torch.equal(nx, ny):
-            return f"output {i}: NaN in {int((nx ^ ny).sum())} positions differs"
-        fin = torch.isfinite(yd) & torch.isfinite(xd)
-        if not torch.equal(torch.isfinite(xd), torch.isfinite(yd)) or not torch.equal(
-            xd[~fin & ~nx], yd[~fin & ~ny]
-        ):
-            return f"output {i}: infinities differ"
-        if fin.any():
-            diff = (xd[fin] - yd[fin]).abs().max().item()
-            scale = yd[fin].abs().max().item()
-            if diff > rtol * max(scale, 1e-6) + 1e-7:
-                return f"output {i}: max |diff| {diff:.3g} (scale {scale:.3g})"
+        nan_diff += int((nx ^ ny).sum())
+        if nan_diff:
+            continue
+        fx, fy = torch.isfinite(xd), torch.isfinite(yd)
+        if not torch.equal(fx, fy) or not torch.equal(xd[~fx & ~nx], yd[~fy & ~ny]):
+            return "infinities differ"
+        if fx.any():
+            any_finite = True
+            diff = max(diff, (xd[fx] - yd[fx]).abs().max().item())
+            scale = max(scale, yd[fx].abs().max().item())
+    if nan_diff:
+        return f"NaN in {nan_diff} positions differs"
+    if any_finite and diff > rtol * max(scale, 1e-6) + 1e-7:
+        return f"max |diff| {diff:.3g} (scale {scale:.3g})"
     return None
 
 
@@ -594,6 +617,7 @@ class RuntimeGuardImpl:
                 with poisoned(mode, sizes, device=dev):
                     out_p = self._call(model, ins, observed=True)
                 d = same_output(out_p, outputs)
+                del out_p, ins
                 if d:
                     stale = True
                     self.fs.add(
@@ -608,19 +632,25 @@ class RuntimeGuardImpl:
             d = same_output(out_u, outputs)
             if d and not stale:
                 self.fs.add("G-OBSERVER", "an unobserved call gave a different output", d)
+            del out_u, ins
             # 3. pointer cache: same buffers, new values, vs fresh buffers with those values;
-            #    content cache: the first call on new values runs the same own kernels as repeats
+            #    content cache: the first call on new values runs the same own kernels as repeats.
+            #    Each output is dropped once compared: a multi-GB problem holds a few at a time.
             bufs = clone_inputs(inputs)
             model(*bufs)
             _sync()
             newvals = perturbed(inputs, seed)
+            changed = _differs(inputs, newvals)
             for b, v in zip(bufs, newvals, strict=False):
                 if isinstance(b, torch.Tensor):
                     b.copy_(v)
-            rec_a = self._observe_own(model, bufs)
-            rec_b = self._observe_own(model, clone_inputs(newvals))
-            rec_c = self._observe_own(model, clone_inputs(newvals))
-            d = same_output(rec_a[0], rec_b[0])
+            out_a, kernels_a = self._observe_own(model, bufs)
+            del bufs
+            out_b, kernels_b = self._observe_own(model, clone_inputs(newvals))
+            d = same_output(out_a, out_b)
+            del out_a
+            kernels_c = self._observe_own(model, clone_inputs(newvals))[1]
+            del newvals
             if d:
                 self.fs.add(
                     "G-CACHE",
@@ -628,14 +658,14 @@ class RuntimeGuardImpl:
                     "tensors with the same values (cache keyed by pointer)",
                     d,
                 )
-            elif rec_a[1] != rec_b[1] or rec_b[1] != rec_c[1]:
+            elif kernels_a != kernels_b or kernels_b != kernels_c:
                 self.fs.add(
                     "G-CACHE",
                     "repeated calls with the same values ran different own kernels "
                     "(cache keyed by content)",
-                    f"{rec_a[1][:4]} / {rec_b[1][:4]} / {rec_c[1][:4]}",
+                    f"{kernels_a[:4]} / {kernels_b[:4]} / {kernels_c[:4]}",
                 )
-            if same_output(rec_b[0], outputs, rtol=0.0) is None and _differs(inputs, newvals):
+            if changed and _bit_identical(out_b, outputs):
                 self.fs.add(
                     "G-INPUT-INSENSITIVE",
                     "output identical for different inputs",
@@ -784,6 +814,20 @@ def _device_of(*objs: Any) -> str:
         for t in tensors(o):
             return str(t.device)
     return "cpu"
+
+
+def _bit_identical(a: Any, b: Any) -> bool:
+    """Whether two outputs have the same structure and bit-identical tensors (no temporaries)."""
+    fa, fb = flatten(a), flatten(b)
+    if len(fa) != len(fb):
+        return False
+    for x, y in zip(fa, fb, strict=True):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.dtype != y.dtype or x.shape != y.shape or not torch.equal(x, y):
+                return False
+        elif isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor) or x != y:
+            return False
+    return True
 
 
 def _differs(a: Sequence[Any], b: Sequence[Any]) -> bool:

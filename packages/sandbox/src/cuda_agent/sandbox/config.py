@@ -125,7 +125,9 @@ class SandboxConfig:
     tmp_root: str | None = None
     keep_dirs: bool = False
     nproc: int = 512
-    fsize_mb: int = 8192
+    # largest file a candidate's process may write: twice today's largest KernelBench output
+    # (L1/38-39, 8.6 GB) handed to the judge; the trusted reference and judge have no cap
+    fsize_mb: int = 16384
     host_mem_mb: int = 32768  # resident memory of a candidate's process tree (cpu: also RLIMIT_AS)
     no_network: bool = True
     drop_user: bool = True

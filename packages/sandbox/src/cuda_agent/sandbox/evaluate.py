@@ -227,10 +227,14 @@ def _candidate_env(tmp: Path, gpu: str | None, backend: str, triton: Path) -> di
 def _limits(
     config: SandboxConfig, timeout_s: float, backend: str, *, drop_user: bool = True
 ) -> Limits:
+    """The limits of one phase process. ``drop_user=False`` is the trusted side (reference and
+    judge, under the sandbox's own uid): no file-size cap, since the reference's weights file
+    is as large as the problem's parameters (8.7 GB for KernelBench L3/2 at today's sizes) and
+    disk is the admission ledger's to check."""
     return Limits(
         timeout_s=timeout_s,
         nproc=config.nproc,
-        fsize_mb=config.fsize_mb,
+        fsize_mb=config.fsize_mb if drop_user else None,
         address_space_mb=config.host_mem_mb + 4096 if backend == "cpu" else None,
         rss_mb=config.host_mem_mb,
         no_network=config.no_network,
@@ -338,6 +342,16 @@ def failed_in_setup(report: dict[str, Any]) -> bool:
     ``stage`` yet (the runner sets ``stage`` to ``load`` just before that import). Such a
     failure is ours (or the machine's), not the candidate's."""
     return bool(report) and report.get("ok") is False and "stage" not in report
+
+
+def ran_out_in_probe(report: dict[str, Any], error: str) -> bool:
+    """True when the candidate's verification process ran out of memory inside the guards'
+    probe (stage ``guard probe``: the guard's own re-runs, a poisoned allocator holding blocks
+    of the output's and inputs' sizes): every trial had passed through the process, the memory
+    was the evaluator's, so the failure is ours (``infra_error``), never the candidate's. Like
+    :func:`failed_in_setup` this reads the report the candidate's process wrote: a candidate
+    can at most turn its own failure into an ``infra_error`` (no reward), never into a pass."""
+    return report.get("stage") == "guard probe" and bool(_MEMORY_FAILURE.search(error))
 
 
 def _setup_failure(p: Prepared, phase: str, error: str, corr: Any) -> EvalResult:
@@ -1480,6 +1494,14 @@ def _run_on_device(
         corr.message = _error_text(out, rep)
         if failed_in_setup(rep):
             return _setup_failure(p, "verification", corr.message, corr)
+        if ran_out_in_probe(rep, corr.message):
+            return _result(
+                p,
+                Status.INFRA_ERROR,
+                "out of device memory in the guards' probe (the evaluator's re-runs after every "
+                "trial passed through the candidate): " + corr.message.splitlines()[0][:400],
+                correctness=corr,
+            )
         return _result(
             p,
             Status.RUNTIME_ERROR,

@@ -1,0 +1,84 @@
+"""The guards' probe and output comparison on large outputs: the comparison's temporaries are
+bounded (slices), and the probe keeps only a few tensors of the problem's size alive at a time.
+On the H200, KernelBench L1/19-24 and 36-39 (6-8 GB outputs) ran out of device memory in the
+probe (a whole-tensor float64 copy of each side, every re-run's output kept), and the
+candidate was blamed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import torch
+
+from cuda_agent.guards import runtime
+from cuda_agent.guards.runtime import same_output
+
+PROBE_PEAK = r"""
+import resource, sys, torch
+from cuda_agent.guards.api import RuntimeGuard
+torch.set_num_threads(1)
+mb = int(sys.argv[1])
+class M(torch.nn.Module):
+    def forward(self, x):
+        return x / x.abs().sum()  # a reduction: the perturbed call's output is not bit-identical
+g = RuntimeGuard("strict", backend="cpu", own_kernels=[], own_modules=[])
+m, x = M(), torch.randn(mb * (1 << 20) // 4)
+with torch.no_grad():
+    with g.watch([x]):
+        out = m(x)
+g.after_call([x], out)
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+g.probe(m, [x], out)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base) / mb)
+probe_codes = {"G-STALE-MEMORY", "G-OBSERVER", "G-CACHE"}
+print([f.code for f in g.finish() if f.code in probe_codes])
+"""
+
+
+def test_probe_peak_memory_is_a_few_outputs() -> None:
+    # the poisoned allocator's blocks (two of each input and output size, and one more of up to
+    # twice their sum) and one clone of the inputs: 7 units of 64 MB; before the fix 16.8
+    r = subprocess.run(
+        [sys.executable, "-c", PROBE_PEAK, "64"], capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    peak, rejects = r.stdout.splitlines()[-2:]
+    assert float(peak) <= 8.0, f"the probe's peak is {peak} x the input's size"
+    assert rejects == "[]"  # an honest model: no finding of the probe's
+
+
+def test_same_output_slices_keep_whole_tensor_rule(monkeypatch) -> None:
+    # rtol is relative to the largest magnitude of the whole output, not of each slice
+    monkeypatch.setattr(runtime, "COMPARE_CHUNK", 3)
+    y = torch.tensor([1000.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    x = y.clone()
+    x[5] = 0.5  # |diff| 0.5 <= 1e-3 * 1000
+    assert same_output(x, y) is None
+    x[5] = 2.0
+    assert "max |diff| 2" in same_output(x, y)
+    x = y.clone()
+    x[4], x[6] = float("nan"), float("inf")
+    assert "NaN in 1 positions" in same_output(x, y)
+    x[4] = 0.0
+    assert "infinities differ" in same_output(x, y)
+    z = y.clone()
+    z[6] = float("inf")
+    assert same_output(x, z) is None  # the same infinity at the same place
+    z[6] = float("-inf")
+    assert "infinities differ" in same_output(x, z)
+
+
+def test_same_output_sliced_matches_whole_on_random_outputs(monkeypatch) -> None:
+    g = torch.Generator().manual_seed(0)
+    cases = []
+    for k in range(40):
+        y = torch.randn(257, generator=g) * 10
+        x = y + torch.randn(257, generator=g) * 10 ** (-(k % 6))
+        if k % 5 == 0:
+            x[k] = float("nan")
+        cases.append((x, y))
+    whole = [same_output(x, y) for x, y in cases]
+    monkeypatch.setattr(runtime, "COMPARE_CHUNK", 16)
+    assert [same_output(x, y) for x, y in cases] == whole
+    assert any(w is None for w in whole) and any(w for w in whole)
