@@ -95,3 +95,47 @@ def test_resume_reproduces_the_next_step(tmp_path, ppo_cfg, target_reward):
     assert h1[0]["reward_mean"] == h[0]["reward_mean"]
     for k in ("reward_mean", "policy_loss", "value_loss", "clipfrac", "approx_kl", "entropy"):
         assert h2[0][k] == pytest.approx(h[1][k], rel=1e-5, abs=1e-7), k
+
+
+def test_an_episode_the_harness_failed_is_left_out_of_the_update(tmp_path, ppo_cfg, target_reward):
+    """An episode cut short by an error of the harness (a model request, tool or workspace that
+    raised: ``stop_reason == "error"``) says nothing about the policy: the update with it in the
+    batch is the update without it, and the step counts it in ``error_excluded``."""
+    import shutil
+
+    import msgspec
+
+    from cuda_agent.agent.models import load_tokenizer, make_tiny_model
+    from cuda_agent.records import Trajectory
+    from cuda_agent.records.jsonl import read_records
+
+    cfg = ppo_cfg(use_critic=False, steps=1, epochs=1)
+    run = tmp_path / "run"
+    tiny = make_tiny_model(run / "tiny-actor", seed=cfg.train.seed)
+    train(cfg, reward_fn=target_reward(load_tokenizer(tiny)))
+    batch = [r for _, r in read_records(run / "trajectories.jsonl")]
+    assert batch and all(isinstance(t, Trajectory) for t in batch)
+    bad = msgspec.structs.replace(
+        batch[0],
+        stop_reason="error",
+        reward=5.0,  # far from every honest reward: it would move the update if it were used
+        meta={**batch[0].meta, "error": {"stage": "policy", "type": "URLError", "message": "x"}},
+    )
+
+    def replay(name, trajs):
+        out = tmp_path / name
+        out.mkdir()
+        shutil.copytree(run / "tiny-actor", out / "tiny-actor")
+        c = msgspec.structs.replace(cfg, train=msgspec.structs.replace(cfg.train, out=str(out)))
+        hist = train(c, rollout_fn=lambda s: [msgspec.structs.replace(t) for t in trajs])
+        import torch
+        from safetensors.torch import load_file
+
+        return hist[0], load_file(str(next((out / "final").glob("*.safetensors")))), torch
+
+    m_clean, w_clean, torch = replay("clean", batch)
+    m_bad, w_bad, _ = replay("with-error", [*batch, bad])
+    assert m_bad["error_excluded"] == 1.0 and m_clean["error_excluded"] == 0.0
+    assert m_bad["episodes"] == m_clean["episodes"]
+    for k, v in w_clean.items():
+        assert torch.equal(v, w_bad[k]), k

@@ -63,3 +63,22 @@ def test_value_targets_leave_out_episodes_the_sandbox_failed(tmp_path, capsys):
     assert [e.reward for e in kept] == [1.0]
     assert "1 trajectories whose evaluation failed in the sandbox" in capsys.readouterr().err
     assert len(load_examples(f, max_len=64)) == 2
+
+
+def test_episodes_ended_by_an_error_are_left_out(tmp_path, capsys):
+    """An episode the harness cut short (a model request or tool that raised: ``stop_reason``
+    ``error``) is no demonstration and no value: left out of every use, and counted."""
+    import msgspec
+
+    from cuda_agent.records.examples import trajectory
+    from cuda_agent.records.jsonl import encode
+    from cuda_agent.rft.data import load_examples
+
+    good = msgspec.structs.replace(trajectory(0), reward=1.0)
+    cut = msgspec.structs.replace(trajectory(1), id="cut", stop_reason="error", reward=0.5)
+    assert cut.harness_failed and not cut.infra_failed and not good.harness_failed
+    f = tmp_path / "t.jsonl"
+    f.write_bytes(encode(good) + encode(cut))
+    for need in (True, False):
+        assert [e.reward for e in load_examples(f, max_len=64, need_reward=need)] == [1.0]
+        assert "1 trajectories ended by an error" in capsys.readouterr().err

@@ -429,12 +429,15 @@ def train(
         with RecordWriter(path) as w:
             for t in trajs:
                 w.write(t)
-        # an episode whose evaluation the sandbox itself failed carries no learning signal
+        # an episode the harness failed (its evaluation by the sandbox, or a model request, tool
+        # or workspace that raised) carries no learning signal
         infra = [t for t in trajs if t.infra_failed]
-        trajs = [t for t in trajs if not t.infra_failed]
+        errored = [t for t in trajs if t.harness_failed and not t.infra_failed]
+        trajs = [t for t in trajs if not t.harness_failed]
         rows = [r for part in _gather([_episode_row(t) for t in trajs], dist) for r in part]
         metrics = _episode_stats(rows)
         metrics["infra_excluded"] = float(sum(_gather(len(infra), dist)))
+        metrics["error_excluded"] = float(sum(_gather(len(errored), dist)))
         all_times = _gather(times, dist)
         for k in times:
             metrics[k] = sum(x[k] for x in all_times) / len(all_times)  # mean over ranks

@@ -254,6 +254,14 @@ class Trajectory(_Record, tag="trajectory"):
         reward says nothing about the policy, so training leaves the episode out."""
         return self.eval_result is not None and self.eval_result.status == Status.INFRA_ERROR
 
+    @property
+    def harness_failed(self) -> bool:
+        """Something other than the policy's output ended or scored this episode: the sandbox
+        failed its evaluation (:attr:`infra_failed`), or the episode raised (``stop_reason ==
+        "error"``: the model endpoint, a tool, the workspace; ``meta["error"]`` says where).
+        Its reward says nothing about the policy: training leaves the episode out."""
+        return self.infra_failed or self.stop_reason == "error"
+
 
 class ErrorRecord(_Record, tag="error"):
     """Passed downstream by ``--on-error emit`` in place of a line that could not be processed."""

@@ -61,10 +61,11 @@ def load_examples(
     Examples longer than ``max_len`` or with fewer than ``min_policy_tokens`` policy tokens are
     left out and counted on stderr (never silently); a malformed line raises ``DecodeError``.
     With ``need_reward`` a trajectory without a reward is an error, and one whose evaluation
-    failed in the sandbox (``infra_error``) is left out and counted: its reward is no value.
+    failed in the sandbox (``infra_error``) is left out and counted: its reward is no value. An
+    episode ended by an error of the harness (``stop_reason == "error"``) is always left out.
     """
     out: list[Example] = []
-    too_long = few = other = infra = 0
+    too_long = few = other = infra = errored = 0
     for n, rec in read_records(path):
         if isinstance(rec, DecodeError):
             raise rec
@@ -75,6 +76,9 @@ def load_examples(
             raise ValueError(f"line {n}: trajectory {rec.id} has no reward (run `reward score`)")
         if need_reward and rec.infra_failed:  # its reward is the sandbox's failure, not a value
             infra += 1
+            continue
+        if rec.stop_reason == "error":  # cut short by a failure of the harness, not the policy's
+            errored += 1
             continue
         ex = example_from_trajectory(rec)
         if len(ex) > max_len:
@@ -91,6 +95,8 @@ def load_examples(
         log(f"data: left out {few} trajectories without policy tokens")
     if other:
         log(f"data: ignored {other} records that are not trajectories")
+    if errored:
+        log(f"data: left out {errored} trajectories ended by an error (stop_reason error)")
     if infra:
         log(
             f"data: left out {infra} trajectories whose evaluation failed in the sandbox (infra_error)"
