@@ -484,11 +484,15 @@ def run(
         int | None, typer.Option(help="TORCHINDUCTOR_COMPILE_THREADS per process.")
     ] = None,
     deadline_s: Annotated[float | None, typer.Option(help="Start no problem after this.")] = None,
+    timing_cpus: Annotated[
+        str, typer.Option(help="Cores kept for the timed sections: auto, off, N or a,b.")
+    ] = "auto",
 ) -> None:
     """Run the baseline worker (reference forward, eager and compiled) of every problem; one Row
     per line in -o."""
     from cuda_agent.profiler import baseline as B
     from cuda_agent.profiler.config import PROTOCOL_VERSION, TimingConfig
+    from cuda_agent.profiler.cpus import install as install_timing_cpus
 
     if (root is None) == (tasks is None):
         raise typer.BadParameter("give exactly one of --root or --tasks")
@@ -509,6 +513,10 @@ def run(
     if not trace_check:
         over["trace_check"] = False
     timing = TimingConfig().with_(**over)
+    try:  # the workers time on kept cores while the others set up beside them (profiler.cpus)
+        kept = install_timing_cpus(timing_cpus)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
     cuda = device.startswith("cuda")
     ncpu = os.cpu_count() or 2
     os.environ.setdefault(
@@ -549,7 +557,8 @@ def run(
     log(
         f"kb-refs: {len(todo)} to run of {total} problems ({total - len(todo)} done), "
         f"{jobs} at once on {label}; compile threads {os.environ['TORCHINDUCTOR_COMPILE_THREADS']}, "
-        f"memory budget {budget.cap / GiB if budget.cap else 0:.0f} GiB; timing {over or 'protocol defaults'}"
+        f"memory budget {budget.cap / GiB if budget.cap else 0:.0f} GiB; timing {over or 'protocol defaults'}; "
+        f"cores kept for the timed sections: {','.join(map(str, kept)) or 'none'}"
     )
     writer = RecordWriter(output)
     wlock = threading.Lock()

@@ -195,6 +195,12 @@ def run(
             "max-autotune-no-cudagraphs | reduce-overhead (what speedup_vs_compile compares with)."
         ),
     ] = "default",
+    timing_cpus: Annotated[
+        str,
+        typer.Option(
+            help="Cores kept for the exclusive timed sections, every other sandbox process running on the rest: auto (2 on a host of 8+ cores, else none) | off | N | a,b (core ids)."
+        ),
+    ] = "auto",
 ) -> None:
     """Evaluate Candidate records (from `solutions`) in the sandbox; write EvalResult records
     carrying level, problem id, name and the guard policy (what `report` needs), each as it is
@@ -250,6 +256,7 @@ def run(
             workers_per_gpu=workers_per_gpu,
             compile_baseline=None if compile_baseline else False,
             baseline_compile_mode=baseline_compile_mode,
+            timing_cpus=timing_cpus,
         )
     except ValueError as e:  # a setting out of its range: say which, no traceback
         raise fail(str(e)) from None

@@ -24,6 +24,7 @@ import msgspec
 from cuda_agent.records import Baseline, Task, TimingStats, content_id
 
 from .config import PROTOCOL_VERSION, TimingConfig
+from .cpus import pin_to_other_cpus
 
 
 def cache_root() -> Path:
@@ -269,6 +270,7 @@ def run_worker(
             start_new_session=True,
             env=env,
         )
+        pin_to_other_cpus(proc.pid, env)
 
         def read() -> None:
             assert proc.stdout is not None

@@ -31,6 +31,8 @@ from typing import Any
 
 import msgspec
 
+from .cpus import enter_timed
+
 
 def _emit(d: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(d) + "\n")
@@ -108,6 +110,8 @@ def _baseline(req: dict[str, Any]) -> int:
         _emit({"stage": "ready"})
         if sys.stdin.readline().strip() != "go":
             return 0  # the parent gave up before the timing
+        # the exclusive section is held: time on the cores kept for it (cpus.py)
+        enter_timed()
     eager = measure(model, pool, device=device, config=cfg)
     _emit({"stage": "eager", "stats": msgspec.to_builtins(eager)})
     if compiled is None:

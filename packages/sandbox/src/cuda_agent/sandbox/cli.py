@@ -104,6 +104,13 @@ def eval_cmd(
             "max-autotune-no-cudagraphs | reduce-overhead (what speedup_vs_compile compares with).",
         ),
     ] = "default",
+    timing_cpus: Annotated[
+        str,
+        typer.Option(
+            "--timing-cpus",
+            help="Cores kept for the exclusive timed sections, every other sandbox process running on the rest: auto (2 on a host of 8+ cores, else none) | off | N | a,b (core ids).",
+        ),
+    ] = "auto",
     guard_policy: Annotated[
         str, typer.Option("--guard-policy", help="strict | kernelbench | off")
     ] = "strict",
@@ -239,6 +246,7 @@ def eval_cmd(
             warm_processes=warm_processes,
             fork_server=fork_server,
             baseline_compile_mode=baseline_compile_mode,
+            timing_cpus=timing_cpus,
         )
     except ValueError as e:  # a setting out of its range: say which, no traceback
         raise fail(str(e)) from None

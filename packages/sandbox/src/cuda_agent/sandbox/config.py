@@ -32,6 +32,12 @@ class SandboxConfig:
     # the "robust" setting
     shape_check: bool = False
     shape_factors: tuple[float, ...] = (0.75,)
+    # CPU cores kept for the process holding a device's exclusive timed section (the candidate's
+    # timing, and the profiler's baselines): every other process the sandbox starts runs on the
+    # rest, so that compiles and verifications beside it cannot slow a launch-bound program's
+    # host side (profiler.cpus). "auto": 2 on a host of 8 or more cores, else none; "off";
+    # a count; or "a,b" (core ids). $CUDA_AGENT_TIMING_CPUS, set by a parent, wins
+    timing_cpus: str = "auto"
     # wall-clock limits (seconds)
     compile_timeout_s: float = 300.0
     reference_timeout_s: float = 600.0
@@ -74,7 +80,11 @@ class SandboxConfig:
     fork_server: bool = True
 
     def __post_init__(self) -> None:
+        from cuda_agent.profiler.cpus import resolve
+
         from .runner import STRESS_VARIANTS
+
+        resolve(self.timing_cpus)  # a ValueError naming the setting and this host's cores
 
         st = self.stress_trials
         names = STRESS_VARIANTS if st is True else () if st is False else tuple(st)

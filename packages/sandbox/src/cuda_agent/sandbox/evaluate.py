@@ -51,6 +51,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cuda_agent.profiler.cpus import install as install_timing_cpus
+from cuda_agent.profiler.cpus import kept as kept_cpus
+from cuda_agent.profiler.cpus import other_cpus
 from cuda_agent.records import (
     Candidate,
     CompileDetail,
@@ -232,6 +235,7 @@ def _limits(
     is as large as the problem's parameters (8.7 GB for KernelBench L3/2 at today's sizes) and
     disk is the admission ledger's to check."""
     return Limits(
+        cpus=other_cpus(),  # the cores kept for timed sections are left to them
         timeout_s=timeout_s,
         nproc=config.nproc,
         fsize_mb=config.fsize_mb if drop_user else None,
@@ -1438,6 +1442,7 @@ def _run_on_device(
             report=str(io / "time.report.json"),
             timing_config=_timing_config(cfg, p.backend, b),
             timing_sets=cfg.timing_sets,
+            timing_cpus=list(kept_cpus()),
         )
         return _TimeOp(tspec, root, io, **confined(cfg.time_timeout_s, hidden))
 
@@ -1555,6 +1560,12 @@ def _run_on_device(
     p.stages["time"] = time.monotonic() - t - waited - rechecked.get("s", 0.0)
     p.stages["time_wait"] = waited
     _record_phases(p, "time", rep, stage_t0=t_wall if early_time else None, gate_wait=waited)
+    if kept_cpus():  # where the timing ran (profiler.cpus): the kept cores, the rest elsewhere
+        p.meta["cpus"] = {
+            "kept": list(kept_cpus()),
+            "timed": rep.get("timed_cpus"),
+            "time_process": rep.get("cpus"),
+        }
     if early_time:
         p.meta["time_started_early"] = round(timer.pre_start_s, 3)  # seconds it waited warm
     if isinstance(rep.get("timed_wall"), list):
@@ -1887,6 +1898,7 @@ def evaluate(
     candidate, and of the sandbox itself as ``infra_error``, are results)."""
     cfg = config or SandboxConfig()
     backend = resolve_backend(cfg.backend)
+    install_timing_cpus(cfg.timing_cpus)
     _prewarm(candidate, cfg, backend, gpu)
     p = prepare(candidate, cfg, backend=backend)
     importing = None

@@ -58,6 +58,8 @@ class Limits:
     address_space_mb: int | None = None  # RLIMIT_AS: CPU-only work (CUDA reserves huge ranges)
     rss_mb: int | None = 32768  # watchdog on the resident memory of the whole process tree
     no_network: bool = True
+    # cores the process (and all it starts) runs on, set before exec; None: the parent's
+    cpus: tuple[int, ...] | None = None
     drop_user: bool = True
     output_cap: int = 64_000  # bytes of stdout and of stderr kept (half head, half tail)
     read_only_fs: bool = True  # everything but the ``writable`` directories (and /dev) read-only
@@ -600,6 +602,9 @@ def run_confined(
     elif limits.nproc and "pids" not in iso:
         iso["pids"] = "unlimited: no pids cgroup and no separate uid"
     cfg["rlimits"] = rl
+    if limits.cpus:
+        cfg["cpus"] = list(limits.cpus)
+        iso["cpus"] = ",".join(map(str, limits.cpus))
     if uid is not None:
         cfg["uid"] = uid
         cfg["require"].append("user")

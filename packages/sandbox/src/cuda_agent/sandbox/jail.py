@@ -513,6 +513,8 @@ def main(argv: list[str], warm: set | None = None) -> int:
 
 
 def _exec(cfg, cmd, report, step, failed, finish_report, root, warm=None) -> None:
+    if cfg.get("cpus"):
+        step("cpus", lambda: os.sched_setaffinity(0, cfg["cpus"]))
     for name, value in (cfg.get("rlimits") or {}).items():
         res = getattr(resource, "RLIMIT_" + name.upper())
         step(f"rlimit_{name}", lambda res=res, value=value: resource.setrlimit(res, (value, value)))

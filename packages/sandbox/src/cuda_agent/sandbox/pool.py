@@ -32,6 +32,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from cuda_agent.profiler.cpus import install as install_timing_cpus
 from cuda_agent.records import Candidate, EvalResult
 
 from .config import SandboxConfig, resolve_backend
@@ -99,6 +100,7 @@ class SandboxPool:
     ):
         self.config = config or SandboxConfig()
         self.backend = resolve_backend(self.config.backend)
+        install_timing_cpus(self.config.timing_cpus)  # before any process is started
         if self.backend == "cuda":
             devs = list(gpus) if gpus else (visible_gpus()[:1] or ["0"])
             per = max(1, workers_per_device or self.config.workers_per_gpu)

@@ -753,6 +753,12 @@ def op_time(spec: dict[str, Any], report: dict[str, Any]) -> None:
             return model(*xs)
 
     _wait_for_go(spec, report)
+    if spec.get("timing_cpus"):
+        # the section is held exclusive: time on the cores kept for it (profiler.cpus)
+        from cuda_agent.profiler.cpus import enter_timed
+
+        enter_timed(spec["timing_cpus"])
+        report["timed_cpus"] = sorted(os.sched_getaffinity(0))
     report["stage"] = "timing"
     wall0 = time.time()
     t0 = time.monotonic()
@@ -782,6 +788,8 @@ OPS = {
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
     report: dict[str, Any] = {"op": spec["op"], "ok": False, "t_import": T_IMPORT}
+    if hasattr(os, "sched_getaffinity"):
+        report["cpus"] = sorted(os.sched_getaffinity(0))
     code = 0
     try:
         OPS[spec["op"]](spec, report)
