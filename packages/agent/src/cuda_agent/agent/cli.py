@@ -30,11 +30,15 @@ Examples:
 
   agent rollout --policy openai:http://localhost:8000/v1#Qwen/Qwen3-8B --tasks tasks.jsonl > t.jsonl
 
+  agent rollout --policy 'server:http://127.0.0.1:8000#smollm2' --tasks tasks.jsonl > t.jsonl
+
   agent replay trajectories.jsonl | less
 
 Policies: smollm2 (the embedded SmolLM2-135M-Instruct), hf:DIR (any local checkpoint),
-vllm:DIR (needs the vllm extra and a GPU), openai:URL#MODEL, scripted:FILE (a JSON list of
-assistant turns, for tests and demos).
+vllm:DIR (in-process vLLM: needs vLLM importable and a GPU), server:URL#MODEL[@TOKENIZER_DIR]
+(token ids and log-probs from an inference server: vLLM, SGLang or python -m
+cuda_agent.agent.serve), openai:URL#MODEL, scripted:FILE (a JSON list of assistant turns, for
+tests and demos).
 """,
     no_args_is_help=True,
     add_completion=False,
@@ -53,6 +57,10 @@ def make_policy(
         from .openai_policy import OpenAIPolicy
 
         return OpenAIPolicy.from_spec(rest, temperature=temperature, max_tokens=max_new_tokens)
+    if kind == "server":
+        from .server_policy import ServerPolicy
+
+        return ServerPolicy.from_spec(rest, temperature=temperature, seed=seed)
     if kind == "vllm":
         from .vllm_policy import VLLMPolicy
 
@@ -77,7 +85,8 @@ def rollout(
     policy: Annotated[
         str,
         typer.Option(
-            help="smollm2 | hf:DIR | vllm:DIR | openai:URL#MODEL | scripted:FILE[@TOKENIZER_DIR]"
+            help="smollm2 | hf:DIR | vllm:DIR | server:URL#MODEL[@TOKENIZER_DIR] | "
+            "openai:URL#MODEL | scripted:FILE[@TOKENIZER_DIR]"
         ),
     ] = "smollm2",
     samples: Annotated[int, typer.Option(help="Episodes per task.")] = 1,
@@ -135,18 +144,25 @@ def rollout(
     jobs = [(t, s) for t in task_list for s in range(samples)]
     done = done_keys(output) if resume and output is not None else set()
     kind, _, rest = policy.partition(":")
-    if done and kind not in ("openai", "vllm", "scripted"):  # an hf model: its name is known
+    if done and kind not in (
+        "openai",
+        "vllm",
+        "server",
+        "scripted",
+    ):  # an hf model: its name is known
         from .policy import HFPolicy
 
         name = HFPolicy.name_for(rest if kind == "hf" else policy)
         if all(trajectory_id(t, name, s, mode) in done for t, s in jobs):
             log(f"rollout: {len(jobs)} episodes ({len(jobs)} already done), policy {name}")
             return
+    from .server_policy import ServerError
+
     try:
         pol = make_policy(
             policy, device=device, temperature=temperature, seed=seed, max_new_tokens=max_new_tokens
         )
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, ServerError) as e:
         raise fail(f"--policy {policy}: {e}") from None
     todo = [(t, s) for t, s in jobs if trajectory_id(t, pol.name, s, mode) not in done]
     log(f"rollout: {len(jobs)} episodes ({len(jobs) - len(todo)} already done), policy {pol.name}")

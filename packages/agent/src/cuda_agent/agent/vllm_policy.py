@@ -1,4 +1,10 @@
-"""The in-process vLLM engine as a token-level policy (optional: ``uv sync --extra vllm``).
+"""The in-process vLLM engine as a token-level policy (optional; needs ``vllm`` importable).
+
+vLLM is not part of this workspace's environment or lock: it pins its own torch. This module is
+for a process whose environment has vLLM (a separate one, built as vLLM's docs say:
+``uv venv``, ``uv pip install vllm --torch-backend=auto``, then this workspace's packages into
+it); the supported way to use vLLM is the server engine (:mod:`cuda_agent.agent.server_policy`,
+``vllm serve`` in its own environment; packages/agent/README.md "Rollout engines").
 
 Token ids in, token ids and log-probs out; ``sleep``/``wake_up`` free the KV cache and weights
 between rollouts when the trainer shares the GPU; ``update_weights`` loads new actor weights in
@@ -28,7 +34,11 @@ class VLLMPolicy(SamplingPolicy):
         try:
             from vllm import LLM
         except ImportError as e:
-            raise ValueError("the vllm policy needs vLLM: uv sync --extra vllm (GPU nodes)") from e
+            raise ValueError(
+                "the vllm policy needs vLLM importable in this environment (it is not in this "
+                "workspace's lock); use the server engine instead: vllm serve in its own "
+                "environment and --policy server:URL#MODEL (packages/agent/README.md)"
+            ) from e
         from .models import load_tokenizer, resolve_model
 
         d = str(resolve_model(path))
