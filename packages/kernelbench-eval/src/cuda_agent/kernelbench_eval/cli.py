@@ -298,12 +298,22 @@ def report(
         typer.Option("--out-dir", help="Write report.json, report.md, speedup.png here."),
     ] = None,
     threshold: Annotated[float, typer.Option(help="Margin for '>5% faster'.")] = 0.05,
+    compile_mode: Annotated[
+        str,
+        typer.Option(
+            help="With results of several compile baselines (`run --baseline-compile-mode`): "
+            "the mode whose results make the main table; every mode gets its compile columns."
+        ),
+    ] = "default",
     on_error: OnErrorOpt = OnError.stop,
 ) -> None:
     """Summarise EvalResult records (or agent Trajectory records) per level and overall; JSON on
     stdout.
 
     Without --tasks, the level and problem id come from each result's meta (set by `run`).
+    Results of runs against different torch.compile baselines (each result's
+    ``meta.baseline_compile_mode``) can be given together: the main table is ``--compile-mode``'s,
+    and a table of speed-ups vs each mode's compile baseline follows (``by_compile_mode``).
 
     Example: kernelbench-eval report --tasks tasks.jsonl --out-dir report/ < results.jsonl
     """
@@ -339,8 +349,19 @@ def report(
         raise fail(
             "no problems to report (give --tasks, or results carrying level/problem_id meta)"
         )
+    by_mode: dict[str, list[EvalResult]] = {}
+    for r in results:
+        by_mode.setdefault(M.compile_mode_of(r), []).append(r)
+    if len(by_mode) > 1:
+        if compile_mode not in by_mode:
+            raise fail(f"--compile-mode {compile_mode}: the results' modes are {sorted(by_mode)}")
+        results = by_mode[compile_mode]
     outs = M.outcomes(task_list, results)
     rows = M.compute_metrics(outs, threshold)
+    mode_rows = {
+        m: M.compute_metrics(M.outcomes(task_list, rs), threshold)
+        for m, rs in sorted(by_mode.items(), key=lambda kv: (kv[0] != compile_mode, kv[0]))
+    }
     guards = sorted({str(r.meta.get("guard_policy", "?")) for r in results}) or ["?"]
     tols = sorted(
         {f"{r.correctness.atol:g}/{r.correctness.rtol:g}" for r in results if r.correctness}
@@ -357,17 +378,22 @@ def report(
     }
     if any(isinstance(r.meta.get("shape_check"), dict) for r in results):
         settings["shape check"] = "on"
+    settings["compile baseline"] = compile_mode if len(by_mode) > 1 else next(iter(by_mode), "?")
     doc = {
         "settings": settings,
         "levels": [r.as_dict() for r in rows],
         "problems": [o.__dict__ for o in outs],
         "definitions": M.__doc__,
     }
+    if len(by_mode) > 1:
+        doc["by_compile_mode"] = {m: [r.as_dict() for r in rs] for m, rs in mode_rows.items()}
     sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "report.json").write_text(json.dumps(doc, indent=2) + "\n")
-        (out_dir / "report.md").write_text(markdown(rows, settings))
+        (out_dir / "report.md").write_text(
+            markdown(rows, settings, mode_rows if len(by_mode) > 1 else None)
+        )
         plot(outs, out_dir / "speedup.png")
         log(f"report written to {out_dir}/ (report.json, report.md, speedup.png)")
 

@@ -13,7 +13,10 @@ Definitions (also printed in every report):
 - with ``--shape-check`` (results carrying ``meta.shape_check``): *correct at the task's shape*:
   status ``ok``, or failed only at a resized instance; *passes at resized shapes*: status ``ok``
   and verified again at the resized instance (of all problems); *not resizable*: ``ok`` but the
-  task has no size that can change (the check was skipped).
+  task has no size that can change (the check was skipped);
+- with results against several ``torch.compile`` baselines (``meta.baseline_compile_mode``:
+  ``default``, ``max-autotune``, ...): the main table is one mode's results, and *by compile
+  mode* gives, per mode, the compile columns above over that mode's results.
 """
 
 from __future__ import annotations
@@ -146,6 +149,12 @@ def _rank(o: ProblemOutcome) -> tuple[float, float]:
         -math.inf if o.reward is None else o.reward,
         o.speedup_vs_eager if (o.correct and _usable(o.speedup_vs_eager)) else 0.0,
     )
+
+
+def compile_mode_of(result: EvalResult) -> str:
+    """The torch.compile mode of the baseline ``result``'s ``speedup_vs_compile`` is against
+    (``meta.baseline_compile_mode``; results from before it was recorded: ``default``)."""
+    return str(result.meta.get("baseline_compile_mode") or "default")
 
 
 def outcomes(tasks: Iterable[Task], results: Iterable[EvalResult]) -> list[ProblemOutcome]:

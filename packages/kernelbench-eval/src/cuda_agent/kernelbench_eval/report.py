@@ -37,8 +37,13 @@ def _x(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}x"
 
 
-def markdown(rows: list[M.LevelMetrics], settings: dict[str, Any]) -> str:
-    """The report as Markdown: settings, our table, the paper's row, and every definition."""
+def markdown(
+    rows: list[M.LevelMetrics],
+    settings: dict[str, Any],
+    by_mode: dict[str, list[M.LevelMetrics]] | None = None,
+) -> str:
+    """The report as Markdown: settings, our table, the compile columns per baseline mode (when
+    ``by_mode`` has several), the paper's row, and every definition."""
     lines = ["# KernelBench report", ""]
     lines.append("Settings: " + ", ".join(f"{k} = {v}" for k, v in settings.items()))
     lines.append("")
@@ -58,6 +63,7 @@ def markdown(rows: list[M.LevelMetrics], settings: dict[str, Any]) -> str:
             f"{_x(r.geomean_speedup_vs_compile_correct)} | {r.mean_reward:+.2f} |"
         )
     lines += _shape_lines(rows)
+    lines += _mode_lines(by_mode)
     lines += ["", "The paper's published rows (CUDA Agent, KernelBench L1-L3, 250 problems):", ""]
     lines.append(
         "| split | pass rate | faster than eager | faster than compile | geomean vs eager "
@@ -86,6 +92,31 @@ def markdown(rows: list[M.LevelMetrics], settings: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _mode_lines(by_mode: dict[str, list[M.LevelMetrics]] | None) -> list[str]:
+    """Speed-ups vs each torch.compile baseline mode, one column group per mode."""
+    if not by_mode or len(by_mode) < 2:
+        return []
+    modes = list(by_mode)
+    lines = ["", "### Speed-up vs torch.compile, by its mode", ""]
+    head = ["split"] + [f"{m}: faster (>0% / >5%) | {m}: geomean (all / correct)" for m in modes]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("| --- |" + " ---: | ---: |" * len(modes))
+    splits = [r.level for r in by_mode[modes[0]]]
+    for split in splits:
+        cells = ["overall" if split == "overall" else f"level {split}"]
+        for m in modes:
+            r = next((x for x in by_mode[m] if x.level == split), None)
+            if r is None:
+                cells += ["-", "-"]
+                continue
+            cells.append(f"{_pct(r.faster_than_compile)} / {_pct(r.faster_than_compile_5pct)}")
+            cells.append(
+                f"{_x(r.geomean_speedup_vs_compile_all)} / {_x(r.geomean_speedup_vs_compile_correct)}"
+            )
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def _shape_lines(rows: list[M.LevelMetrics]) -> list[str]:
