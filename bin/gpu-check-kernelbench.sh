@@ -19,7 +19,8 @@
 #   cudal1       benchmarks/cudal1.py candidates, then per guard policy of $CUDAL1_POLICIES
 #                (strict kernelbench; add off for the runtime verdicts) `sandbox eval --backend cuda --gpus all --resume` ->
 #                cudal1_results_<policy>.jsonl (baselines on only when cudal1-refs has rows)
-#   positive     the positive corpus (packages/kernelbench-eval/corpus/positive) under each policy of
+#   positive     (POSITIVE_REDO="runtime_error infra_error": drop rows of these statuses first, so that
+#                --resume evaluates them again) the positive corpus (packages/kernelbench-eval/corpus/positive) under each policy of
 #                $POSITIVE_POLICIES ("strict kernelbench"), $POSITIVE_RUNS (2) runs each: expected
 #                verdicts, false rejections, speed-ups within 3% between the runs
 #                (benchmarks/positive_corpus.py; exit 1 on a false rejection) -> positive/; with
@@ -120,6 +121,19 @@ if has cudal1; then
 fi
 
 if has positive; then
+  if [ -n "${POSITIVE_REDO:-}" ]; then  # evaluate these statuses again (e.g. after a sandbox fix)
+    for f in "$W"/positive/results-*.jsonl; do
+      [ -f "$f" ] || continue
+      python3 - "$f" $POSITIVE_REDO <<'PY' 2>> "$LOG"
+import json, sys
+path, redo = sys.argv[1], set(sys.argv[2:])
+lines = open(path).readlines()
+keep = [ln for ln in lines if ln.strip() and json.loads(ln).get("status") not in redo]
+open(path, "w").writelines(keep)
+print(f"{path}: {len(lines) - len(keep)} rows of {sorted(redo)} dropped to run again", file=sys.stderr)
+PY
+    done
+  fi
   for pol in ${POSITIVE_POLICIES:-strict kernelbench}; do
     lim=$(( $(left) - 40 ))
     if [ "$lim" -lt 60 ]; then say "positive $pol: skipped ($(left)s left)"; continue; fi
