@@ -42,21 +42,24 @@ def test_install_takes_a_parents_decision(monkeypatch):
     assert cpus.other_cpus() == tuple(range(14))
 
 
+def _cfg(cache_dir, timing_cpus: str) -> SandboxConfig:
+    return SandboxConfig(
+        backend="cpu",
+        cache_dir=str(cache_dir),
+        guard_policy="off",
+        baselines=False,
+        timing_config={"time_cap_s": 0.5, "min_samples": 3},
+        timing_cpus=timing_cpus,
+    )
+
+
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
 def test_the_timed_section_runs_on_the_kept_core_and_the_rest_elsewhere(
     cache_dir, scale_add_task, monkeypatch
 ):
     monkeypatch.delenv(cpus.ENV, raising=False)
     allowed = sorted(os.sched_getaffinity(0))
-    cfg = SandboxConfig(
-        backend="cpu",
-        cache_dir=str(cache_dir),
-        guard_policy="off",
-        baselines=False,
-        timing_config={"time_cap_s": 0.5, "min_samples": 3},
-        timing_cpus="1",
-    )
-    r = evaluate(kb_candidate(scale_add_task, HONEST), cfg)
+    r = evaluate(kb_candidate(scale_add_task, HONEST), _cfg(cache_dir, "1"))
     assert r.status == Status.OK, r.message
     got = r.meta["cpus"]
     assert got["kept"] == allowed[-1:]
@@ -67,14 +70,6 @@ def test_the_timed_section_runs_on_the_kept_core_and_the_rest_elsewhere(
 
 def test_no_kept_cores_records_nothing(cache_dir, scale_add_task, monkeypatch):
     monkeypatch.delenv(cpus.ENV, raising=False)
-    cfg = SandboxConfig(
-        backend="cpu",
-        cache_dir=str(cache_dir),
-        guard_policy="off",
-        baselines=False,
-        timing_config={"time_cap_s": 0.5, "min_samples": 3},
-        timing_cpus="off",
-    )
-    r = evaluate(kb_candidate(scale_add_task, HONEST), cfg)
+    r = evaluate(kb_candidate(scale_add_task, HONEST), _cfg(cache_dir, "off"))
     assert r.status == Status.OK, r.message
     assert "cpus" not in r.meta and "cpus" not in r.meta["isolation"]
