@@ -31,13 +31,27 @@ class DataCfg(_Cfg):
 
 class RolloutCfg(_Cfg):
     mode: Literal["multi-turn", "single-turn"] = "multi-turn"  # single-turn = the warm-up stage
-    engine: Literal["hf"] = "hf"  # in-process transformers, sharing weights with the trainer
+    # hf: in-process transformers, sharing weights with the trainer. server: an inference server
+    # (vLLM's /v1/completions with token ids; agent.server_policy.ServerPolicy) that the trainer
+    # makes load the actor from disk (SGLang's /update_weights_from_disk: SGLang or
+    # `python -m cuda_agent.agent.serve`) before the first rollout and after every update
+    engine: Literal["hf", "server"] = "hf"
+    server_url: str | None = None  # engine = "server": the server's root, http://HOST:PORT
+    server_model: str | None = None  # the served model name; None: the first in /v1/models
+    # where the actor is saved for the server to load (a path the server can read); None:
+    # OUT/server-weights (only the newest step-N is kept)
+    server_weights_dir: str | None = None
+    server_timeout: float = 600.0  # seconds per generation request (retried on 502/503/504)
     max_turns: int = 200  # the paper: up to ~200 turns
     max_new_tokens: int = 4096  # per turn
     max_context: int = 131072  # the paper: 128k tokens
     temperature: float = 1.0
     top_p: float = 1.0
     include_skill: bool = True  # SKILL.md in the prompt (False: the no-skill ablation)
+
+    def __post_init__(self) -> None:
+        if self.engine == "server" and not self.server_url:
+            raise ValueError('rollout.engine = "server" needs rollout.server_url')
 
 
 class SandboxCfg(_Cfg):
