@@ -128,6 +128,19 @@ def test_a_batch_runs_on_both_nodes_with_the_local_verdicts(
     nodes = {r["meta"]["ray"]["node"] for r in rows}
     assert nodes == {c.head_node.node_id, worker.node_id}, nodes  # workers on both nodes
     assert "backend=cpu" in p.stderr and "8 written" in p.stderr, p.stderr[-2000:]
+    # `kernelbench-eval run --ray ADDRESS`: the same pool flags (stream.open_pool)
+    out2 = tmp_path / "r2.jsonl"
+    cmd = [
+        *(sys.executable, "-m", "cuda_agent.kernelbench_eval.cli", "run", str(inp), "-o"),
+        *(str(out2), "--ray", c.address, "--backend", "cpu"),
+        *("--guard-policy", "strict", "--no-timing", "--no-compile-baseline"),
+    ]
+    env = {**os.environ, "CUDA_AGENT_SANDBOX_CACHE": str(cache_dir)}  # run has no --cache-dir
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stderr[-4000:]
+    rows = [json.loads(line) for line in out2.read_text().splitlines()]
+    assert {f"{r['task_id']}:{r['solution_id']}": r["status"] for r in rows} == here
+    assert all("ray" in r["meta"] for r in rows if r["status"] != "guard_violation"), rows
 
 
 @pytest.mark.parametrize("attempts", [3, 1])

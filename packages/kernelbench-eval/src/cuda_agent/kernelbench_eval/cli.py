@@ -29,6 +29,8 @@ from cuda_agent.sandbox.stream import (
     CpuWorkersOpt,
     GpusOpt,
     InOrderOpt,
+    RayOpt,
+    RayWorkersOpt,
     WindowOpt,
     WorkersPerGpuOpt,
 )
@@ -195,6 +197,8 @@ def run(
             "max-autotune-no-cudagraphs | reduce-overhead (what speedup_vs_compile compares with)."
         ),
     ] = "default",
+    ray_address: RayOpt = None,
+    ray_workers: RayWorkersOpt = None,
     timing_cpus: Annotated[
         str,
         typer.Option(
@@ -219,9 +223,8 @@ def run(
     import msgspec
 
     from cuda_agent.records import Candidate
-    from cuda_agent.sandbox import SandboxConfig, SandboxPool
-    from cuda_agent.sandbox.pool import parse_gpus
-    from cuda_agent.sandbox.stream import eval_stream
+    from cuda_agent.sandbox import SandboxConfig
+    from cuda_agent.sandbox.stream import eval_stream, open_pool
 
     try:
         tcfg = json.loads(timing_config) if timing_config else None
@@ -238,10 +241,6 @@ def run(
     if resume and output is None:
         raise fail("--resume needs -o FILE")
     shard_t = parse_shard(shard)
-    try:
-        gpu_list = parse_gpus(gpus)
-    except ValueError as e:
-        raise fail(str(e)) from None
     try:
         cfg = SandboxConfig(
             backend=backend,
@@ -268,8 +267,14 @@ def run(
             meta.setdefault("problem_id", c.task.problem_id)
         return msgspec.structs.replace(r, meta=meta)
 
-    with SandboxPool(
-        cfg, gpus=gpu_list, compile_workers=compile_jobs, cpu_workers=cpu_workers
+    with open_pool(
+        cfg,
+        gpus=gpus,
+        ray_address=ray_address,
+        ray_workers=ray_workers,
+        compile_workers=compile_jobs,
+        cpu_workers=cpu_workers,
+        workers_per_device=workers_per_gpu,
     ) as pool:
         eval_stream(
             pool,

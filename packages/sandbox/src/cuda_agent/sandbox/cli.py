@@ -29,6 +29,8 @@ from .stream import (
     CpuWorkersOpt,
     GpusOpt,
     InOrderOpt,
+    RayOpt,
+    RayWorkersOpt,
     WindowOpt,
     WorkersPerGpuOpt,
 )
@@ -181,26 +183,8 @@ def eval_cmd(
             "once (off: --warm-processes decides).",
         ),
     ] = True,
-    ray_address: Annotated[
-        str | None,
-        typer.Option(
-            "--ray",
-            metavar="ADDRESS",
-            envvar="CUDA_AGENT_RAY_ADDRESS",
-            help="Evaluate on a Ray cluster (RayPool; needs the `ray` extra): 'auto' (the "
-            "running cluster), 'local' (start one here), HOST:PORT or ray://...; a worker per "
-            "GPU (cuda) or per CPU (cpu), each compiling on its node; a job lost with its "
-            "worker or node is sent again.",
-        ),
-    ] = None,
-    ray_workers: Annotated[
-        int | None,
-        typer.Option(
-            "--ray-workers",
-            min=1,
-            help="With --ray: workers to start (default: the cluster's GPUs; CPUs on cpu).",
-        ),
-    ] = None,
+    ray_address: RayOpt = None,
+    ray_workers: RayWorkersOpt = None,
 ) -> None:
     """Evaluate candidates: ``sandbox eval < candidates.jsonl > results.jsonl``.
 
@@ -210,8 +194,7 @@ def eval_cmd(
     """
     from .config import SandboxConfig
     from .evaluate import cache_root
-    from .pool import SandboxPool, parse_gpus
-    from .stream import eval_stream
+    from .stream import eval_stream, open_pool
 
     _backend_opt(backend)
     if resume and output is None:
@@ -254,33 +237,18 @@ def eval_cmd(
         cache_root(cfg)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--cache-dir") from None
-    try:
-        gpu_list = parse_gpus(gpus)
-    except ValueError as e:
-        raise fail(str(e)) from None
-    if ray_address and gpus is not None:
-        raise fail("--gpus is for the local pool: with --ray, Ray gives each worker its GPU")
-    if ray_address:
-        try:
-            from .fleet import RayPool
-
-            pool_cm: SandboxPool | RayPool = RayPool(
-                cfg,
-                address=ray_address,
-                workers=ray_workers,
-                compile_workers=compile_jobs,
-                cpu_workers=cpu_workers,
-                workers_per_device=workers_per_gpu,
-            )
-        except (ImportError, RuntimeError, ConnectionError, ValueError) as e:
-            raise fail(f"--ray {ray_address}: {e}") from None
-    else:
-        pool_cm = SandboxPool(
-            cfg, gpus=gpu_list, compile_workers=compile_jobs, cpu_workers=cpu_workers
-        )
+    pool_cm = open_pool(
+        cfg,
+        gpus=gpus,
+        ray_address=ray_address,
+        ray_workers=ray_workers,
+        compile_workers=compile_jobs,
+        cpu_workers=cpu_workers,
+        workers_per_device=workers_per_gpu,
+    )
     with pool_cm as pool:
         eval_stream(
-            pool,  # type: ignore[arg-type]  # RayPool: the same API
+            pool,
             input=input,
             output=output,
             resume=resume,

@@ -26,6 +26,7 @@ from cuda_agent.records import Candidate, ErrorRecord, EvalResult
 from cuda_agent.records.cli_helpers import OnError, StreamStats, fail, in_shard, log, type_name
 from cuda_agent.records.jsonl import DecodeError, RecordWriter, done_keys, read_records
 
+from .config import SandboxConfig
 from .pool import SandboxPool
 
 GpusOpt = Annotated[
@@ -66,6 +67,27 @@ WindowOpt = Annotated[
     ),
 ]
 
+RayOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--ray",
+        metavar="ADDRESS",
+        envvar="CUDA_AGENT_RAY_ADDRESS",
+        help="Evaluate on a Ray cluster (RayPool; needs the `ray` extra): 'auto' (the "
+        "running cluster), 'local' (start one here), HOST:PORT or ray://...; a worker per "
+        "GPU (cuda) or per CPU (cpu), each compiling on its node; a job lost with its "
+        "worker or node is sent again.",
+    ),
+]
+RayWorkersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--ray-workers",
+        min=1,
+        help="With --ray: workers to start (default: the cluster's GPUs; CPUs on cpu).",
+    ),
+]
+
 InOrderOpt = Annotated[
     bool,
     typer.Option(
@@ -75,6 +97,50 @@ InOrderOpt = Annotated[
         "are keyed by task and solution id).",
     ),
 ]
+
+
+def open_pool(
+    cfg: SandboxConfig,
+    *,
+    gpus: str | None = None,
+    ray_address: str | None = None,
+    ray_workers: int | None = None,
+    compile_workers: int | None = None,
+    cpu_workers: int = 1,
+    workers_per_device: int | None = None,
+) -> SandboxPool:
+    """The pool a stream command's flags ask for: a local :class:`SandboxPool` on ``gpus``
+    (``--gpus``), or with ``ray_address`` (``--ray``) a :class:`~.fleet.RayPool` (the same API).
+    A bad combination or an unreachable cluster ends the command with a clear error (exit 2)."""
+    from .pool import parse_gpus
+
+    if ray_address and gpus is not None:
+        raise fail("--gpus is for the local pool: with --ray, Ray gives each worker its GPU")
+    if ray_address:
+        try:
+            from .fleet import RayPool
+
+            return RayPool(  # type: ignore[return-value]  # the SandboxPool API
+                cfg,
+                address=ray_address,
+                workers=ray_workers,
+                compile_workers=compile_workers,
+                cpu_workers=cpu_workers,
+                workers_per_device=workers_per_device,
+            )
+        except (ImportError, RuntimeError, ConnectionError, ValueError) as e:
+            raise fail(f"--ray {ray_address}: {e}") from None
+    try:
+        gpu_list = parse_gpus(gpus)
+    except ValueError as e:
+        raise fail(str(e)) from None
+    return SandboxPool(
+        cfg,
+        gpus=gpu_list,
+        compile_workers=compile_workers,
+        cpu_workers=cpu_workers,
+        workers_per_device=workers_per_device,
+    )
 
 
 @dataclass
