@@ -121,12 +121,9 @@ def service_url(ws_root) -> Iterator[str]:
         yield url
 
 
-def teach(
-    model, tok, prompt: str, targets: list[str], steps: int, lr: float, cosine: bool = True
-) -> float:
+def teach(model, tok, prompt: str, targets: list[str], steps: int, lr: float) -> float:
     """Fit ``model`` (a random-weight tiny model) to answer ``prompt`` with each of ``targets``
-    (then its end-of-turn token) by plain next-token cross-entropy (Adam, a cosine-decayed or a
-    constant rate); the last loss."""
+    (then its end-of-turn token) by plain next-token cross-entropy (Adam); the last loss."""
     import torch
 
     eot = tok.convert_tokens_to_ids("<|im_end|>")
@@ -142,7 +139,6 @@ def teach(
     for k, s in enumerate(seqs):
         attention[k, len(s) :] = 0
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps) if cosine else None
     model.train()
     loss = torch.tensor(0.0)
     for _ in range(steps):
@@ -153,8 +149,6 @@ def teach(
         loss.backward()
         opt.step()
         opt.zero_grad()
-        if sched is not None:
-            sched.step()
     return loss.item()
 
 

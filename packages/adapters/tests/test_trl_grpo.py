@@ -22,6 +22,7 @@ from cuda_agent.adapters.trl import (  # noqa: E402
     WorkspaceEnvFactory,
     build_dataset,
     tool_calls_of,
+    workspace_of,
 )
 from cuda_agent.agent.models import load_causal_lm, load_tokenizer, make_tiny_model  # noqa: E402
 from cuda_agent.records import EvalResult, load_records  # noqa: E402
@@ -75,8 +76,8 @@ def test_grpo_step_single_turn(tmp_path, relu_task, relu_answers, teach_model):
         dataset[0]["prompt"], add_generation_prompt=True, tokenize=False
     )
     # half of its answers a working kernel, half a wrong one: the group's rewards differ
-    loss = teach_model(model, tok, prompt, [relu_answers["good"], relu_answers["bad"]], 150, 3e-3)
-    assert loss < 0.2
+    loss = teach_model(model, tok, prompt, [relu_answers["good"], relu_answers["bad"]], 100, 5e-3)
+    assert loss < 0.1
     tok.padding_side = "left"
     before = _params(model)
     results = tmp_path / "results.jsonl"
@@ -157,7 +158,7 @@ def test_grpo_step_multi_turn_environment(tmp_path, relu_task, teach_model, ws_r
             tokenize=False,
         )
         assert '"name": "Bash"' in prompt and '"name": "Write"' in prompt
-        assert teach_model(model, tok, prompt, [TOOL_CALL], 80, 5e-3, cosine=False) < 0.1
+        assert teach_model(model, tok, prompt, [TOOL_CALL], 80, 5e-3) < 0.1
         tok.padding_side = "left"
         reward = envs.reward(results_path=results)
         trainer = GRPOTrainer(
@@ -179,14 +180,14 @@ def test_grpo_step_multi_turn_environment(tmp_path, relu_task, teach_model, ws_r
         reward.close()
         assert trainer.state.global_step == 1
         log = trainer.state.log_history[0]
-        used = [e for e in envs.envs if e._ep is not None]
+        used = [e for e in envs.envs if workspace_of(e) is not None]
         assert len(used) == 2
         calls = [tool_calls_of(e) for e in used]
         ran = [c for c in calls if c and c[0][:2] == ("Bash", {"command": COMMAND})]
         assert ran, calls  # TRL parsed the model's call and ran it through the environment
         assert log["tools/call_frequency"] > 0
         for env, c in zip(used, calls, strict=True):
-            text = (env._ep.workspace / "model_new.py").read_text()
+            text = (workspace_of(env) / "model_new.py").read_text()
             assert ("torch.relu(x)" not in text) == bool(c)
         envs.close()
         assert not any(p.name.startswith("env") for p in workdir.iterdir())

@@ -18,6 +18,7 @@ from cuda_agent.adapters.trl import (
     task_from_column,
     task_to_column,
     tool_calls_of,
+    workspace_of,
 )
 from cuda_agent.records import load_records
 from cuda_agent.records.types import EvalResult
@@ -204,12 +205,12 @@ def test_local_workspace_env(strict_pool, scale_add_task, ws_root, tmp_path):
         assert rewards == [1.0, FAILURE]
         assert reward.last[0].status == "ok" and reward.last[1].status == "guard_violation"
         assert [c[0] for c in tool_calls_of(a)][:2] == ["Bash", "Write"]
-        ws_a = a._ep.workspace
+        ws_a = workspace_of(a)
         assert ws_a.is_dir()
         a.reset(task=task_to_column(scale_add_task))  # next rollout: a fresh workspace
-        assert not ws_a.exists() and a._ep.workspace.is_dir() and not tool_calls_of(a)
+        assert not ws_a.exists() and workspace_of(a).is_dir() and not tool_calls_of(a)
         envs.close()
-        assert not a._ep and not b._ep
+        assert workspace_of(a) is None and workspace_of(b) is None
     reward.close()
     recs = load_records(results, EvalResult)
     assert [r.status for r in recs] == ["ok", "guard_violation"]
@@ -228,7 +229,7 @@ def test_service_workspace_env(service_url, scale_add_task):
             assert "[exit code 0]" in out, out
         reward = envs.reward()
         assert reward(None, [[]], environments=[env]) == [1.0], reward.last[0].reason
-        ws = env._ep.workspace
+        ws = workspace_of(env)
         envs.close()
         from cuda_agent.service.client import ServiceError
 

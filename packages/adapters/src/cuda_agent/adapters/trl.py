@@ -78,6 +78,7 @@ __all__ = [
     "task_from_column",
     "task_to_column",
     "tool_calls_of",
+    "workspace_of",
 ]
 
 Mode = Literal["single-turn", "multi-turn"]
@@ -915,3 +916,10 @@ def tool_calls_of(env: Any) -> list[tuple[str, dict[str, Any], str]]:
     """The tool calls of an environment's current rollout: ``[(tool, arguments, result)]``."""
     ep = getattr(env, "_ep", None)
     return list(ep.tool_calls) if ep is not None else []
+
+
+def workspace_of(env: Any) -> Any:
+    """The workspace of an environment's current rollout: a local ``Path`` or a service
+    workspace id; ``None`` before ``reset`` and after :meth:`WorkspaceEnvFactory.close`."""
+    ep = getattr(env, "_ep", None)
+    return ep.workspace if ep is not None else None
