@@ -150,6 +150,9 @@ def test_seeds_reproduce(tiny):
     assert [g.token_ids for g in p1] == [g.token_ids for g in p2]
     assert [g.logprobs for g in p1] == [g.logprobs for g in p2]
     assert [g.token_ids for g in p1] != [g.token_ids for g in p3]
+    # unseeded: one batched request, and its equal prompts still get their own samples
+    u = ServerPolicy(srv.url, tok, temperature=1.0).generate([ctx, ctx], 12)
+    assert u[0].token_ids != u[1].token_ids
 
 
 def test_weight_update_from_disk_serves_the_new_checkpoint(tmp_path):

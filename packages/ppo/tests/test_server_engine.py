@@ -71,7 +71,10 @@ def test_server_engine_config_and_a_dead_server(tmp_path, ppo_cfg, target_reward
     cfg = ppo_cfg(steps=1)
     dead = "http://127.0.0.1:9"  # discard port: nothing listens
     cfg = msgspec.structs.replace(
-        cfg, rollout=msgspec.structs.replace(cfg.rollout, engine="server", server_url=dead)
+        cfg,
+        rollout=msgspec.structs.replace(
+            cfg.rollout, engine="server", server_url=dead, server_retries=1
+        ),
     )
-    with pytest.raises(PPOError, match="rollout server weights .*no answer after"):
+    with pytest.raises(PPOError, match="rollout server weights .*no answer after 2 tries"):
         train(cfg, reward_fn=lambda t: 0.0)

@@ -23,8 +23,8 @@ Endpoints (the subset of vLLM's and SGLang's servers that the toolkit uses):
   ``weight_version``, ``reloads`` (how many reloads succeeded).
 - ``GET /v1/models``, ``GET /health`` (200 once the model is loaded: the port opens after).
 
-Sampling: a seeded request draws from its own ``torch.Generator`` (every prompt of the request
-from the same seed, as vLLM does), so it reproduces exactly; log-probs are of the distribution
+Sampling: each prompt draws from its own ``torch.Generator``; a seeded request seeds every one of
+its prompts with its ``seed`` (as vLLM does), so it reproduces exactly; log-probs are of the distribution
 sampled from (logits / temperature, then top-p renormalised; raw logits when greedy), in fp32.
 """
 
@@ -358,13 +358,14 @@ def complete(host: ModelHost, batcher: Batcher, body: bytes) -> dict[str, Any]:
     rows = []
     eos = frozenset() if req.ignore_eos else host.eos_ids()
     stop = frozenset(req.stop_token_ids or ())
-    seed = req.seed if req.seed is not None else secrets.randbits(63)
     for p in prompts:
         if len(p) >= host.max_model_len:
             raise RequestError(
                 f"This model's maximum context length is {host.max_model_len} tokens; "
                 f"the prompt has {len(p)}"
             )
+        # seeded: every prompt from the request's seed (vLLM's semantics); else its own stream
+        seed = req.seed if req.seed is not None else secrets.randbits(63)
         gen = torch.Generator().manual_seed(seed & (2**63 - 1))
         rows.append(
             _Row(

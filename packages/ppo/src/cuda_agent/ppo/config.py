@@ -41,7 +41,10 @@ class RolloutCfg(_Cfg):
     # where the actor is saved for the server to load (a path the server can read); None:
     # OUT/server-weights (only the newest step-N is kept)
     server_weights_dir: str | None = None
-    server_timeout: float = 600.0  # seconds per generation request (retried on 502/503/504)
+    server_timeout: float = 600.0  # seconds per generation request
+    # retries of a request after a connection error, timeout or HTTP 502/503/504 (backoff from
+    # 0.5 s, doubled each time, at most 30 s); then the episode (or the weight reload) fails
+    server_retries: int = 5
     max_turns: int = 200  # the paper: up to ~200 turns
     max_new_tokens: int = 4096  # per turn
     max_context: int = 131072  # the paper: 128k tokens

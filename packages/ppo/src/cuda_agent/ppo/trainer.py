@@ -188,7 +188,11 @@ def _push_server_weights(
             tok.save_pretrained(tmp)
             shutil.rmtree(dest, ignore_errors=True)
             tmp.replace(dest)
-            client = ServerClient(cfg.rollout.server_url or "", timeout=cfg.rollout.server_timeout)
+            client = ServerClient(
+                cfg.rollout.server_url or "",
+                timeout=cfg.rollout.server_timeout,
+                retries=cfg.rollout.server_retries,
+            )
             msg = client.update_weights_from_disk(dest)
             for old in wdir.glob("step-*"):
                 if old != dest:
@@ -249,6 +253,7 @@ def _rollout(
             tok,
             cfg.rollout.server_model,
             timeout=cfg.rollout.server_timeout,
+            retries=cfg.rollout.server_retries,
             **sampling,
         )
     else:
