@@ -165,7 +165,7 @@ def test_reward_through_the_service(service_url, scale_add_task, answers, tmp_pa
 def test_service_evaluator_failure_is_an_infra_error(scale_add_task, answers):
     # nothing listens there: every evaluation fails, each completion gets the failure reward
     with ServiceEvaluator("http://127.0.0.1:9", TOKEN, workers=2) as ev:
-        f = KernelReward(ev, backend="cpu")
+        f = KernelReward(ev)  # made without asking the service anything
         rewards = f(None, [answers["correct"]], task=[scale_add_task])
     assert rewards == [FAILURE]
     assert f.last[0].status == "infra_error"

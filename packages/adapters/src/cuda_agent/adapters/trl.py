@@ -322,16 +322,26 @@ def _step(kwargs: dict[str, Any]) -> int | None:
 
 
 def _gather(
-    started: dict[int, tuple[Future[EvalResult], Task, str]], backend: str
+    started: dict[int, tuple[Future[EvalResult], Task, str]], backend: Callable[[], str]
 ) -> dict[int, EvalResult]:
-    """Each future's result; one that raised becomes an ``infra_error`` result."""
+    """Each future's result; one that raised becomes an ``infra_error`` result (on the
+    evaluator's ``backend()``, asked only then)."""
     out: dict[int, EvalResult] = {}
     for i, (fut, task, sol_id) in started.items():
         try:
             out[i] = fut.result()
         except Exception as e:  # noqa: BLE001 - the sandbox's failure, recorded as infra_error
-            out[i] = _infra_result(task, sol_id, backend, e)
+            out[i] = _infra_result(task, sol_id, backend(), e)
     return out
+
+
+def _backend_of(source: Any) -> str:
+    """``source.backend`` when it can be had (a service that does not answer: ``cuda``)."""
+    try:
+        backend = getattr(source, "backend", None)
+    except Exception:  # noqa: BLE001 - only a record's label
+        return "cuda"
+    return backend if isinstance(backend, str) else "cuda"
 
 
 class KernelReward:
@@ -358,12 +368,14 @@ class KernelReward:
         origin: str = "trl",
         backend: str | None = None,
     ):
+        """``backend`` labels the ``infra_error`` records of evaluations that raised (default: the
+        evaluator's ``backend``)."""
         self.evaluator = evaluator
         self.task_column = task_column
         self.origin = origin
         self.__name__ = name
         self._scorer = _Scorer(reward or RewardConfig(), results_path, name)
-        self._backend = backend or _evaluator_backend(evaluator)
+        self._backend = backend
         self._tasks: dict[str, Task] = {}
 
     @property
@@ -417,7 +429,7 @@ class KernelReward:
                 fut = Future()
                 fut.set_exception(e)
             started[i] = (fut, task, sol.id)
-        results = _gather(started, self._backend)
+        results = _gather(started, lambda: self._backend or _backend_of(self.evaluator))
         step = _step(kwargs)
         for i, res in results.items():
             scored.append(self._scorer.evaluated(i, res, {"step": step, "completion": i}))
@@ -429,11 +441,6 @@ class KernelReward:
     def close(self) -> None:
         """Close the results file (the evaluator is the caller's to close)."""
         self._scorer.close()
-
-
-def _evaluator_backend(evaluator: Any) -> str:
-    backend = getattr(evaluator, "backend", None)
-    return backend if isinstance(backend, str) else "cuda"
 
 
 class ServiceEvaluator:
@@ -896,7 +903,7 @@ class WorkspaceReward:
                 continue
             started[i] = (fut, ep.task, "workspace")
         step = _step(kwargs)
-        for i, res in _gather(started, self.factory.backend).items():
+        for i, res in _gather(started, lambda: _backend_of(self.factory)).items():
             ep = envs[i]._ep
             meta = {
                 "step": step,
