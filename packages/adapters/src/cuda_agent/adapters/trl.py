@@ -592,6 +592,17 @@ class _WorkspaceEnv:
     def _evaluation(self) -> Future[EvalResult] | None:
         raise NotImplementedError
 
+    def Submit(self, summary: str = "") -> str:
+        """End the episode: the workspace's model_new.py and kernels/ are evaluated as the solution.
+
+        Args:
+            summary: A one-line summary of the solution.
+
+        Returns:
+            A confirmation.
+        """
+        return self._submit(summary)
+
 
 class KernelWorkspaceEnv(_WorkspaceEnv):
     """A local agent workspace per rollout (the agent's ``SandboxEnv``): ``Bash`` runs in it under
@@ -667,17 +678,6 @@ class KernelWorkspaceEnv(_WorkspaceEnv):
             "Edit", {"path": path, "old_string": old_string, "new_string": new_string}
         )
 
-    def Submit(self, summary: str = "") -> str:
-        """End the episode: the workspace's model_new.py and kernels/ are evaluated as the solution.
-
-        Args:
-            summary: A one-line summary of the solution.
-
-        Returns:
-            A confirmation.
-        """
-        return self._submit(summary)
-
     def _make(self, task: Task) -> Path:
         env = self._factory.sandbox_env
         assert env is not None
@@ -728,17 +728,6 @@ class ServiceWorkspaceEnv(_WorkspaceEnv):
         )
         status = "timed out" if out.timed_out else f"exit code {out.exit_code}"
         return self._record("Bash", args, f"{self._cap(out.output)}\n[{status}]")
-
-    def Submit(self, summary: str = "") -> str:
-        """End the episode: the workspace's model_new.py and kernels/ are evaluated as the solution.
-
-        Args:
-            summary: A one-line summary of the solution.
-
-        Returns:
-            A confirmation.
-        """
-        return self._submit(summary)
 
     def _make(self, task: Task) -> str:
         ev = self._factory.service

@@ -383,7 +383,8 @@ def report(
     }
     if any(isinstance(r.meta.get("shape_check"), dict) for r in results):
         settings["shape check"] = "on"
-    settings["compile baseline"] = compile_mode if len(by_mode) > 1 else next(iter(by_mode), "?")
+    if any(r.speedup_vs_compile is not None for r in results):  # a compile baseline was timed
+        settings["compile baseline"] = compile_mode if len(by_mode) > 1 else next(iter(by_mode))
     doc = {
         "settings": settings,
         "levels": [r.as_dict() for r in rows],
