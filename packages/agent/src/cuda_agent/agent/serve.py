@@ -17,6 +17,20 @@ Endpoints (the subset of vLLM's and SGLang's servers that the toolkit uses):
   ``echo``, ``stop`` strings, ``top_k``, penalties, ``min_tokens``) are a 400, other unknown
   fields are ignored (as vLLM does). Requests that arrive together are generated in one batch
   (left padding, a KV cache, per-row sampling settings and seeds).
+- ``POST /v1/chat/completions``: the OpenAI-compatible chat subset vLLM serves, through the
+  same generation path: ``messages`` (system / user / assistant; string content or a list of
+  text parts) rendered by the tokenizer's chat template with the generation prompt;
+  ``max_tokens`` / ``max_completion_tokens`` (default: up to the context limit, as vLLM),
+  ``temperature``, ``top_p``, ``seed``, ``stop_token_ids``, ``ignore_eos``, ``logprobs`` /
+  ``top_logprobs`` (``choices[0].logprobs.content[i].{token, logprob, bytes, top_logprobs}``);
+  the reply is ``choices[0].message = {"role": "assistant", "content": ...}`` with
+  ``finish_reason`` ``stop`` / ``length`` and ``usage``. ``stream`` is accepted but not
+  incremental: the reply is generated whole, then sent as ``chat.completion.chunk`` events
+  (role, content, finish, usage with ``stream_options.include_usage``, ``[DONE]``), which is
+  what streaming clients such as verifiers' harnesses need. ``tools`` / ``functions`` /
+  ``tool_choice`` other than ``none`` / ``auto``, tool messages, non-text parts, ``n`` > 1,
+  ``stop`` strings, ``response_format`` other than text, ``top_k``, penalties and
+  ``min_tokens`` are a 400.
 - ``POST /update_weights_from_disk`` ``{"model_path": DIR}`` (SGLang's): load ``DIR`` and serve
   it from the next batch on; ``{"success", "message", "num_paused_requests"}``, 400 on failure.
 - ``GET /get_model_info`` (SGLang's): ``model_path`` (the directory served now),
@@ -88,6 +102,38 @@ class CompletionRequest(msgspec.Struct, kw_only=True):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
+
+
+class ChatRequest(msgspec.Struct, kw_only=True):
+    """The fields of vLLM's ``ChatCompletionRequest`` this server reads (others are ignored)."""
+
+    messages: Any = None
+    model: str | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    seed: int | None = None
+    logprobs: bool | None = False
+    top_logprobs: int | None = None
+    stop_token_ids: list[int] | None = None
+    stop: str | list[str] | None = None
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    n: int | None = 1
+    stream: bool | None = False
+    stream_options: dict[str, Any] | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    response_format: dict[str, Any] | None = None
+    min_tokens: int = 0
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    echo: bool | None = False
+    continue_final_message: bool = False
 
 
 class ReloadRequest(msgspec.Struct, kw_only=True):
@@ -334,10 +380,62 @@ def _unsupported(req: CompletionRequest) -> str | None:
     return ", ".join(bad) if bad else None
 
 
-def complete(host: ModelHost, batcher: Batcher, body: bytes) -> dict[str, Any]:
-    """The answer to one ``/v1/completions`` body (raises :class:`RequestError`)."""
+def _generate(
+    host: ModelHost,
+    batcher: Batcher,
+    prompts: list[list[int]],
+    *,
+    max_tokens: int | None,
+    temperature: float | None,
+    top_p: float | None,
+    seed: int | None,
+    n_top: int | None,
+    stop_token_ids: list[int] | None,
+    ignore_eos: bool,
+) -> list[_Row]:
+    """Generate for ``prompts`` (token ids) with one request's sampling settings: the one
+    decoding / sampling path of ``/v1/completions`` and ``/v1/chat/completions``.
+    ``max_tokens`` None: up to the context limit (vLLM's chat default). Raises
+    :class:`RequestError` for invalid settings or an over-long prompt."""
     import torch
 
+    temperature = 1.0 if temperature is None else temperature
+    top_p = 1.0 if top_p is None else top_p
+    if (max_tokens is not None and max_tokens < 1) or temperature < 0 or not 0 < top_p <= 1:
+        raise RequestError("max_tokens >= 1, temperature >= 0 and 0 < top_p <= 1 are required")
+    if n_top is not None and n_top < 0:
+        raise RequestError("logprobs must be >= 0")
+    rows = []
+    eos = frozenset() if ignore_eos else host.eos_ids()
+    stop = frozenset(stop_token_ids or ())
+    for p in prompts:
+        if len(p) >= host.max_model_len:
+            raise RequestError(
+                f"This model's maximum context length is {host.max_model_len} tokens; "
+                f"the prompt has {len(p)}"
+            )
+        # seeded: every prompt from the request's seed (vLLM's semantics); else its own stream
+        s = seed if seed is not None else secrets.randbits(63)
+        gen = torch.Generator().manual_seed(s & (2**63 - 1))
+        room = host.max_model_len - len(p)
+        rows.append(
+            _Row(
+                prompt=p,
+                max_tokens=room if max_tokens is None else min(max_tokens, room),
+                temperature=temperature,
+                top_p=top_p,
+                stop_ids=stop,
+                eos_ids=eos,
+                n_top=n_top or 0,
+                gen=gen,
+            )
+        )
+    batcher.run(rows)
+    return rows
+
+
+def complete(host: ModelHost, batcher: Batcher, body: bytes) -> dict[str, Any]:
+    """The answer to one ``/v1/completions`` body (raises :class:`RequestError`)."""
     try:
         req = msgspec.json.decode(body, type=CompletionRequest)
     except msgspec.DecodeError as e:
@@ -348,38 +446,18 @@ def complete(host: ModelHost, batcher: Batcher, body: bytes) -> dict[str, Any]:
     if bad:
         raise RequestError(f"not supported by the reference server: {bad}")
     prompts = _prompts(req.prompt, host.vocab_size())
-    max_tokens = 16 if req.max_tokens is None else req.max_tokens
-    temperature = 1.0 if req.temperature is None else req.temperature
-    top_p = 1.0 if req.top_p is None else req.top_p
-    if max_tokens < 1 or temperature < 0 or not 0 < top_p <= 1:
-        raise RequestError("max_tokens >= 1, temperature >= 0 and 0 < top_p <= 1 are required")
-    if req.logprobs is not None and req.logprobs < 0:
-        raise RequestError("logprobs must be >= 0")
-    rows = []
-    eos = frozenset() if req.ignore_eos else host.eos_ids()
-    stop = frozenset(req.stop_token_ids or ())
-    for p in prompts:
-        if len(p) >= host.max_model_len:
-            raise RequestError(
-                f"This model's maximum context length is {host.max_model_len} tokens; "
-                f"the prompt has {len(p)}"
-            )
-        # seeded: every prompt from the request's seed (vLLM's semantics); else its own stream
-        seed = req.seed if req.seed is not None else secrets.randbits(63)
-        gen = torch.Generator().manual_seed(seed & (2**63 - 1))
-        rows.append(
-            _Row(
-                prompt=p,
-                max_tokens=min(max_tokens, host.max_model_len - len(p)),
-                temperature=temperature,
-                top_p=top_p,
-                stop_ids=stop,
-                eos_ids=eos,
-                n_top=req.logprobs or 0,
-                gen=gen,
-            )
-        )
-    batcher.run(rows)
+    rows = _generate(
+        host,
+        batcher,
+        prompts,
+        max_tokens=16 if req.max_tokens is None else req.max_tokens,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        seed=req.seed,
+        n_top=req.logprobs,
+        stop_token_ids=req.stop_token_ids,
+        ignore_eos=req.ignore_eos,
+    )
     tok = host.tok
 
     def name(t: int) -> str:
@@ -433,6 +511,167 @@ def complete(host: ModelHost, batcher: Batcher, body: bytes) -> dict[str, Any]:
     }
 
 
+CHAT_ROLES = ("system", "user", "assistant")
+
+
+def _chat_unsupported(req: ChatRequest) -> str | None:
+    fmt = (req.response_format or {}).get("type", "text")
+    checks = [
+        (bool(req.tools), "tools / function calling"),
+        (bool(req.functions), "functions / function calling"),
+        (req.tool_choice not in (None, "none", "auto"), "tool_choice"),
+        (req.n not in (None, 1), "n > 1"),
+        (bool(req.stop), "stop strings (use stop_token_ids)"),
+        (fmt != "text", f"response_format {fmt}"),
+        (bool(req.echo), "echo"),
+        (req.continue_final_message, "continue_final_message"),
+        (req.top_k not in (None, 0, -1), "top_k"),
+        (req.min_tokens != 0, "min_tokens"),
+        (req.presence_penalty not in (None, 0.0), "presence_penalty"),
+        (req.frequency_penalty not in (None, 0.0), "frequency_penalty"),
+        (req.repetition_penalty not in (None, 1.0), "repetition_penalty"),
+    ]
+    bad = [name for cond, name in checks if cond]
+    return ", ".join(bad) if bad else None
+
+
+def _chat_messages(messages: Any) -> list[dict[str, str]]:
+    """``messages`` as ``{"role", "content"}`` with string content (text parts joined)."""
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("messages must be a non-empty list")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in CHAT_ROLES:
+            role = m.get("role") if isinstance(m, dict) else None
+            raise RequestError(
+                f"messages[{i}]: role {role!r} is not supported by the reference server "
+                f"(only {', '.join(CHAT_ROLES)}; no tool messages)"
+            )
+        if m.get("tool_calls") or m.get("function_call"):
+            raise RequestError(
+                f"messages[{i}]: tool calls are not supported by the reference server"
+            )
+        content = m.get("content")
+        if content is None and m["role"] == "assistant":
+            content = ""
+        if isinstance(content, list):
+            parts = []
+            for part in content:
+                if not isinstance(part, dict) or part.get("type") != "text":
+                    kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                    raise RequestError(
+                        f"messages[{i}]: content part {kind!r} is not supported by the "
+                        "reference server (text parts only)"
+                    )
+                parts.append(str(part.get("text", "")))
+            content = "".join(parts)
+        if not isinstance(content, str):
+            raise RequestError(f"messages[{i}]: content must be a string or a list of text parts")
+        out.append({"role": m["role"], "content": content})
+    return out
+
+
+def chat_prompt(tok: Any, messages: list[dict[str, str]]) -> list[int]:
+    """The token ids of ``messages`` rendered by the tokenizer's chat template with the
+    generation prompt (no extra special tokens: the template has them, as vLLM does)."""
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tok.encode(text, add_special_tokens=False)
+
+
+def chat_complete(host: ModelHost, batcher: Batcher, body: bytes) -> dict[str, Any]:
+    """The answer to one ``/v1/chat/completions`` body (raises :class:`RequestError`); a
+    ``stream`` request gets the same answer, sent by the handler as server-sent events."""
+    try:
+        req = msgspec.json.decode(body, type=ChatRequest)
+    except msgspec.DecodeError as e:
+        raise RequestError(f"invalid request: {e}") from None
+    if req.model is not None and req.model != host.name:
+        raise RequestError(f"The model `{req.model}` does not exist.", 404, "NotFoundError")
+    bad = _chat_unsupported(req)
+    if bad:
+        raise RequestError(f"not supported by the reference server: {bad}")
+    if req.top_logprobs is not None and (not req.logprobs or not 0 <= req.top_logprobs <= 20):
+        raise RequestError("top_logprobs needs logprobs true and must be in 0..20")
+    tok = host.tok
+    if getattr(tok, "chat_template", None) is None:
+        raise RequestError("the served tokenizer has no chat template")
+    prompt = chat_prompt(tok, _chat_messages(req.messages))
+    (row,) = _generate(
+        host,
+        batcher,
+        [prompt],
+        max_tokens=req.max_completion_tokens if req.max_tokens is None else req.max_tokens,
+        temperature=req.temperature,
+        top_p=req.top_p,
+        seed=req.seed,
+        n_top=(req.top_logprobs or 0) if req.logprobs else None,
+        stop_token_ids=req.stop_token_ids,
+        ignore_eos=req.ignore_eos,
+    )
+
+    def entry(t: int, lp: float) -> dict[str, Any]:
+        s = tok.decode([t])
+        return {"token": s, "logprob": max(lp, -9999.0), "bytes": list(s.encode())}
+
+    logprobs = None
+    if req.logprobs:
+        content = []
+        for t, lp, alts in zip(row.ids, row.logprobs, row.top, strict=True):
+            d = entry(t, lp)
+            d["top_logprobs"] = [entry(a, v) for a, v in alts]
+            content.append(d)
+        logprobs = {"content": content}
+    text = tok.decode(row.ids, skip_special_tokens=req.skip_special_tokens)
+    n_prompt, n_gen = len(row.prompt), len(row.ids)
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": host.name,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "tool_calls": []},
+                "logprobs": logprobs,
+                "finish_reason": row.finish,
+                "stop_reason": row.stop_reason,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": n_prompt,
+            "completion_tokens": n_gen,
+            "total_tokens": n_prompt + n_gen,
+        },
+        **({"stream": True, "include_usage": _include_usage(req)} if req.stream else {}),
+    }
+
+
+def _include_usage(req: ChatRequest) -> bool:
+    return bool((req.stream_options or {}).get("include_usage"))
+
+
+def chat_events(answer: dict[str, Any]) -> bytes:
+    """A finished chat answer as OpenAI's ``chat.completion.chunk`` server-sent events: the
+    role, the whole content in one delta, the finish reason, the usage when asked, ``[DONE]``
+    (generated whole, then sent: no token-by-token streaming)."""
+    head = {k: answer[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    (c,) = answer["choices"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        return {**head, "choices": [choice | extra]}
+
+    events = [
+        chunk({"role": "assistant", "content": ""}),
+        chunk({"content": c["message"]["content"]}, logprobs=c["logprobs"]),
+        chunk({}, c["finish_reason"], stop_reason=c["stop_reason"]),
+    ]
+    if answer.get("include_usage"):
+        events.append({**head, "choices": [], "usage": answer["usage"]})
+    data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+    return data + b"data: [DONE]\n\n"
+
+
 def make_server(
     host: ModelHost, bind: str = "127.0.0.1", port: int = 0, *, verbose: bool = False
 ) -> ThreadingHTTPServer:
@@ -442,10 +681,10 @@ def make_server(
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def _send(self, status: int, obj: Any = None) -> None:
-            data = b"" if obj is None else json.dumps(obj).encode()
+        def _send(self, status: int, obj: Any = None, *, raw: bytes | None = None) -> None:
+            data = raw if raw is not None else b"" if obj is None else json.dumps(obj).encode()
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", "text/event-stream" if raw else "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -492,6 +731,12 @@ def make_server(
                 body = self._body()
                 if self.path == "/v1/completions":
                     self._send(200, complete(host, batcher, body))
+                elif self.path == "/v1/chat/completions":
+                    answer = chat_complete(host, batcher, body)
+                    if answer.pop("stream", False):
+                        self._send(200, raw=chat_events(answer))
+                    else:
+                        self._send(200, answer)
                 elif self.path == "/update_weights_from_disk":
                     self._reload(body)
                 else:
