@@ -148,7 +148,9 @@ def test_seeds_reproduce(tiny):
     p3 = ServerPolicy(srv.url, tok, temperature=1.0, seed=4).generate([ctx, ctx], 12, keys=[0, 1])
     assert p1[0].token_ids != p1[1].token_ids
     assert [g.token_ids for g in p1] == [g.token_ids for g in p2]
-    assert [g.logprobs for g in p1] == [g.logprobs for g in p2]
+    # the server may batch the two concurrent requests together or not: padding changes the
+    # float rounding of the log-probs, not the samples
+    assert all(close(g.logprobs, h.logprobs) for g, h in zip(p1, p2, strict=True))
     assert [g.token_ids for g in p1] != [g.token_ids for g in p3]
     # unseeded: one batched request, and its equal prompts still get their own samples
     u = ServerPolicy(srv.url, tok, temperature=1.0).generate([ctx, ctx], 12)
