@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cuda_agent.records import GuardViolation
+from cuda_agent.records.nested import leaves
 
 from .checks import Findings
 
@@ -16,14 +17,6 @@ def torch_equal(a, b) -> bool:  # noqa: ANN001
     import torch
 
     return a.shape == b.shape and bool(torch.equal(a, b))
-
-
-def _leaves(obj: Any) -> list[Any]:
-    if isinstance(obj, tuple | list):
-        return [x for o in obj for x in _leaves(o)]
-    if isinstance(obj, dict):
-        return [x for k in sorted(obj, key=str) for x in _leaves(obj[k])]
-    return [obj]
 
 
 def _tensor(x: Any):  # noqa: ANN202
@@ -107,8 +100,8 @@ def output_findings(
     fs = Findings(policy)
     if policy == "off":
         return fs.items
-    refs = [[_tensor(x) for x in _leaves(r)] for r in ref_outputs]
-    cands = [[_tensor(x) for x in _leaves(c)] for c in cand_outputs]
+    refs = [[_tensor(x) for x in leaves(r)] for r in ref_outputs]
+    cands = [[_tensor(x) for x in leaves(c)] for c in cand_outputs]
     for t, (r, c) in enumerate(zip(refs, cands, strict=False)):
         if len(r) != len(c):
             fs.add(

@@ -26,25 +26,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from cuda_agent.profiler import warm_kernel_trace
 from cuda_agent.records import GuardViolation
+from cuda_agent.records.nested import leaves as flatten
+from cuda_agent.records.nested import tensor_leaves as tensors
 
 from . import harness
 from .checks import Findings
 from .opclass import HALF_DTYPE_NAMES, TORCH_NAMESPACES, base_name, classify
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def flatten(obj: Any) -> list[Any]:
-    """Leaves of a (nested) tuple/list/dict output, in order."""
-    if isinstance(obj, tuple | list):
-        return [x for o in obj for x in flatten(o)]
-    if isinstance(obj, dict):
-        return [x for k in sorted(obj, key=str) for x in flatten(obj[k])]
-    return [obj]
-
-
-def tensors(obj: Any) -> list[torch.Tensor]:
-    return [x for x in flatten(obj) if isinstance(x, torch.Tensor)]
 
 
 def fingerprint(t: torch.Tensor) -> tuple:

@@ -18,20 +18,6 @@ ATOL = 1e-2
 RTOL = 1e-2
 
 
-def flatten_outputs(out: Any) -> list[Any]:
-    """The tensors of a forward's result (a tensor, or a tuple/list of tensors)."""
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, tuple | list):
-        res = []
-        for o in out:
-            res.extend(flatten_outputs(o))
-        return res
-    return []
-
-
 def rng_snapshot(device: str) -> tuple[Any, ...]:
     import torch
 

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from cuda_agent.records.nested import tensor_leaves
+
 from . import checks as C
 
 
@@ -177,7 +179,7 @@ def _forward(model: Any, inputs: list[Any]) -> list[Any]:
     import torch
 
     with torch.no_grad():
-        return C.flatten_outputs(model(*inputs))
+        return tensor_leaves(model(*inputs))
 
 
 def _run(source: str, cfg: ProbeConfig, laps: _Laps) -> dict[str, Any]:

@@ -126,9 +126,9 @@ def task_hash(task: Task | str) -> str:
 
 def tensor_bytes(obj: Any) -> int:
     """Bytes of all tensors in a (nested) list/tuple/dict."""
-    from .timing import _iter_tensors
+    from cuda_agent.records.nested import tensor_leaves
 
-    return sum(t.numel() * t.element_size() for t in _iter_tensors(obj))
+    return sum(t.numel() * t.element_size() for t in tensor_leaves(obj))
 
 
 def make_input_pool(

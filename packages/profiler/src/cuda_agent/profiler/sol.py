@@ -235,8 +235,9 @@ def count_work(ref_source: str, *, device: str = "meta", seed: int = 0) -> Work:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
+    from cuda_agent.records.nested import tensor_leaves
+
     from .program import Program
-    from .timing import _iter_tensors
 
     prog = Program.from_source(ref_source, name="kb_sol")
     last: Exception | None = None
@@ -249,9 +250,9 @@ def count_work(ref_source: str, *, device: str = "meta", seed: int = 0) -> Work:
             fc = FlopCounterMode(display=False)
             with torch.no_grad(), fc:
                 out = model(*inputs)
-            ins = list(_iter_tensors(inputs))
+            ins = list(tensor_leaves(inputs))
             params = list(model.parameters()) + list(model.buffers())
-            outs = list(_iter_tensors(out))
+            outs = list(tensor_leaves(out))
             nb = lambda ts: sum(t.numel() * t.element_size() for t in ts)  # noqa: E731
             ib, pb, ob = nb(ins), nb(params), nb(outs)
             return Work(
@@ -306,11 +307,11 @@ def storage_bytes(outputs: Any) -> int:
     """A lower bound on the bytes of memory ``outputs`` (tensors in lists, tuples, dicts)
     occupy: a broadcast (stride-0) dimension counts once and memory shared between outputs
     counts once, so an expanded view of a small tensor occupies the small tensor's bytes."""
-    from .timing import _iter_tensors
+    from cuda_agent.records.nested import tensor_leaves
 
     spans: dict[str, list[tuple[int, int]]] = {}  # dense views: [start, end) byte intervals
     gapped: dict[str, int] = {}  # other views: the largest of their distinct bytes
-    for t in _iter_tensors(outputs):
+    for t in tensor_leaves(outputs):
         if t.numel() == 0:
             continue
         n, dense = _distinct_elements(t)

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from cuda_agent.records import TimingStats
+from cuda_agent.records.nested import tensor_leaves
 
 from .config import PROTOCOL_VERSION, TimingConfig
 from .stats import bootstrap_ratio_ci, ratio_of_medians, summarize
@@ -72,26 +73,13 @@ def _tensor_type():
     return torch.Tensor
 
 
-def _iter_tensors(obj: Any):
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, list | tuple):
-        for o in obj:
-            yield from _iter_tensors(o)
-    elif isinstance(obj, dict):
-        for o in obj.values():
-            yield from _iter_tensors(o)
-
-
 def output_fingerprint(out: Any) -> tuple[float, ...] | None:
     """A cheap fingerprint of the floating tensors in ``out`` (sum, abs-sum, first, last)."""
     import torch
 
     fp: list[float] = []
     with torch.no_grad():
-        for t in _iter_tensors(out):
+        for t in tensor_leaves(out):
             if t.is_floating_point() and t.numel() > 0:
                 f = t.detach().reshape(-1)
                 fp.extend(
@@ -111,7 +99,7 @@ def _jitter_inputs(inputs: Sequence[Any], rel: float, gen) -> bool:
 
     changed = False
     with torch.no_grad():
-        for t in _iter_tensors(list(inputs)):
+        for t in tensor_leaves(list(inputs)):
             if not t.is_floating_point() or t.numel() == 0 or t.requires_grad:
                 continue
             eps = torch.finfo(t.dtype).eps
@@ -755,8 +743,8 @@ def _inert_graphs(
             torch.cuda.synchronize(timer.device)
             expected = _clone_tensors(fns[name](*inputs))
             torch.cuda.synchronize(timer.device)
-            in_ptrs = {t.untyped_storage().data_ptr() for t in _iter_tensors(inputs)}
-            for t in _iter_tensors(replay.outputs):
+            in_ptrs = {t.untyped_storage().data_ptr() for t in tensor_leaves(inputs)}
+            for t in tensor_leaves(replay.outputs):
                 if t.is_floating_point() and t.untyped_storage().data_ptr() not in in_ptrs:
                     t.fill_(float("nan"))
             got = replay()
@@ -768,19 +756,19 @@ def _inert_graphs(
 
 def _permute_inputs(inputs: Sequence[Any]) -> None:
     """Roll every floating input tensor's values by one position, in place."""
-    for t in _iter_tensors(list(inputs)):
+    for t in tensor_leaves(list(inputs)):
         if t.is_floating_point() and t.numel() > 1 and not t.requires_grad:
             t.copy_(t.reshape(-1).roll(1).reshape(t.shape))
 
 
 def _clone_tensors(out: Any) -> list[Any]:
-    return [t.detach().clone() for t in _iter_tensors(out)]
+    return [t.detach().clone() for t in tensor_leaves(out)]
 
 
 def _outputs_match(got: Any, expected: list[Any]) -> bool:
     import torch
 
-    tensors = list(_iter_tensors(got))
+    tensors = list(tensor_leaves(got))
     if len(tensors) != len(expected):
         return False
     for a, b in zip(tensors, expected, strict=True):

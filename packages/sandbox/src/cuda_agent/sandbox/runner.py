@@ -224,20 +224,20 @@ def _moved(obj: Any, device: str, move: Callable[[Any], Any] | None = None) -> A
     file (and the judge's output floor) keeps its real size."""
     import torch
 
+    from cuda_agent.records.nested import map_leaves
+
     to = move or (lambda t: t.to(device))
-    if isinstance(obj, torch.Tensor):
-        x = obj.detach()
+
+    def one(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        x = x.detach()
         if x.dim() and any(st == 0 for st in x.stride()):
             idx = tuple(slice(0, 1) if st == 0 else slice(None) for st in x.stride())
             return to(x[idx]).expand(x.shape)
         return to(x)
-    if isinstance(obj, list):
-        return [_moved(x, device, move) for x in obj]
-    if isinstance(obj, tuple):
-        return tuple(_moved(x, device, move) for x in obj)
-    if isinstance(obj, dict):
-        return {k: _moved(v, device, move) for k, v in obj.items()}
-    return obj
+
+    return map_leaves(obj, one)
 
 
 def _sync(device: str) -> None:
@@ -397,15 +397,16 @@ def _sketch(obj: Any) -> Any:
     its elements, on the CPU (the same positions for equal shapes)."""
     import torch
 
-    if isinstance(obj, torch.Tensor):
-        flat = obj.detach().reshape(-1)
+    from cuda_agent.records.nested import map_leaves
+
+    def one(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        flat = x.detach().reshape(-1)
         step = -(-flat.numel() // SKETCH_ELEMENTS) if flat.numel() > SKETCH_ELEMENTS else 1
         return flat[::step].to("cpu")
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_sketch(x) for x in obj)
-    if isinstance(obj, dict):
-        return {k: _sketch(v) for k, v in obj.items()}
-    return obj
+
+    return map_leaves(obj, one)
 
 
 def _wait_output(path: Path, done: Path, deadline: float, err: Path | None = None) -> bool:
