@@ -78,24 +78,18 @@ class RequestError(Exception):
         self.kind = kind
 
 
-class CompletionRequest(msgspec.Struct, kw_only=True):
-    """The fields of vLLM's ``CompletionRequest`` this server reads (others are ignored)."""
+class _Sampling(msgspec.Struct, kw_only=True):
+    """The sampling fields vLLM's completion and chat requests share (the ones read here)."""
 
-    prompt: Any = None
     model: str | None = None
-    max_tokens: int | None = 16
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
     seed: int | None = None
-    logprobs: int | None = None
     stop_token_ids: list[int] | None = None
     stop: str | list[str] | None = None
     ignore_eos: bool = False
     skip_special_tokens: bool = True
-    return_tokens_as_token_ids: bool | None = None
-    return_token_ids: bool | None = None
-    n: int = 1
     stream: bool | None = False
     echo: bool | None = False
     min_tokens: int = 0
@@ -104,35 +98,31 @@ class CompletionRequest(msgspec.Struct, kw_only=True):
     repetition_penalty: float | None = None
 
 
-class ChatRequest(msgspec.Struct, kw_only=True):
+class CompletionRequest(_Sampling, kw_only=True):
+    """The fields of vLLM's ``CompletionRequest`` this server reads (others are ignored)."""
+
+    prompt: Any = None
+    max_tokens: int | None = 16
+    logprobs: int | None = None
+    return_tokens_as_token_ids: bool | None = None
+    return_token_ids: bool | None = None
+    n: int = 1
+
+
+class ChatRequest(_Sampling, kw_only=True):
     """The fields of vLLM's ``ChatCompletionRequest`` this server reads (others are ignored)."""
 
     messages: Any = None
-    model: str | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    seed: int | None = None
     logprobs: bool | None = False
     top_logprobs: int | None = None
-    stop_token_ids: list[int] | None = None
-    stop: str | list[str] | None = None
-    ignore_eos: bool = False
-    skip_special_tokens: bool = True
     n: int | None = 1
-    stream: bool | None = False
     stream_options: dict[str, Any] | None = None
     tools: list[Any] | None = None
     tool_choice: Any = None
     functions: list[Any] | None = None
     response_format: dict[str, Any] | None = None
-    min_tokens: int = 0
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    repetition_penalty: float | None = None
-    echo: bool | None = False
     continue_final_message: bool = False
 
 
@@ -364,20 +354,28 @@ def _prompts(prompt: Any, vocab: int) -> list[list[int]]:
     return [ids(prompt)]
 
 
-def _unsupported(req: CompletionRequest) -> str | None:
-    checks = [
-        (req.n != 1, "n > 1"),
-        (bool(req.stream), "stream"),
-        (bool(req.echo), "echo"),
+def _sampling_unsupported(req: _Sampling) -> list[tuple[bool, str]]:
+    """The sampling settings neither endpoint honours, as (asked for, name) pairs."""
+    return [
         (bool(req.stop), "stop strings (use stop_token_ids)"),
+        (bool(req.echo), "echo"),
         (req.top_k not in (None, 0, -1), "top_k"),
         (req.min_tokens != 0, "min_tokens"),
         (req.presence_penalty not in (None, 0.0), "presence_penalty"),
         (req.frequency_penalty not in (None, 0.0), "frequency_penalty"),
         (req.repetition_penalty not in (None, 1.0), "repetition_penalty"),
     ]
+
+
+def _refused(checks: list[tuple[bool, str]]) -> str | None:
     bad = [name for cond, name in checks if cond]
     return ", ".join(bad) if bad else None
+
+
+def _unsupported(req: CompletionRequest) -> str | None:
+    return _refused(
+        [(req.n != 1, "n > 1"), (bool(req.stream), "stream"), *_sampling_unsupported(req)]
+    )
 
 
 def _generate(
@@ -516,23 +514,17 @@ CHAT_ROLES = ("system", "user", "assistant")
 
 def _chat_unsupported(req: ChatRequest) -> str | None:
     fmt = (req.response_format or {}).get("type", "text")
-    checks = [
-        (bool(req.tools), "tools / function calling"),
-        (bool(req.functions), "functions / function calling"),
-        (req.tool_choice not in (None, "none", "auto"), "tool_choice"),
-        (req.n not in (None, 1), "n > 1"),
-        (bool(req.stop), "stop strings (use stop_token_ids)"),
-        (fmt != "text", f"response_format {fmt}"),
-        (bool(req.echo), "echo"),
-        (req.continue_final_message, "continue_final_message"),
-        (req.top_k not in (None, 0, -1), "top_k"),
-        (req.min_tokens != 0, "min_tokens"),
-        (req.presence_penalty not in (None, 0.0), "presence_penalty"),
-        (req.frequency_penalty not in (None, 0.0), "frequency_penalty"),
-        (req.repetition_penalty not in (None, 1.0), "repetition_penalty"),
-    ]
-    bad = [name for cond, name in checks if cond]
-    return ", ".join(bad) if bad else None
+    return _refused(
+        [
+            (bool(req.tools), "tools / function calling"),
+            (bool(req.functions), "functions / function calling"),
+            (req.tool_choice not in (None, "none", "auto"), "tool_choice"),
+            (req.n not in (None, 1), "n > 1"),
+            (fmt != "text", f"response_format {fmt}"),
+            (req.continue_final_message, "continue_final_message"),
+            *_sampling_unsupported(req),
+        ]
+    )
 
 
 def _chat_messages(messages: Any) -> list[dict[str, str]]:
