@@ -32,13 +32,15 @@ def test_resolve_keeps_cores_only_where_there_are_enough(monkeypatch):
     assert cpus.resolve(1) == (1,)
 
 
-def test_install_takes_a_parents_decision(monkeypatch):
+def test_install_takes_a_parents_decision(monkeypatch, capsys):
     monkeypatch.setenv(cpus.ENV, "")
     assert cpus.install("auto") == () and cpus.other_cpus() is None
     monkeypatch.delenv(cpus.ENV)
     monkeypatch.setattr(cpus, "_allowed", lambda: list(range(16)))
     assert cpus.install("auto") == (14, 15) and os.environ[cpus.ENV] == "14,15"
     assert cpus.install("off") == (14, 15)  # already decided for this process tree
+    assert "timing_cpus='off' not applied" in capsys.readouterr().err
+    assert cpus.install("auto") == (14, 15) and capsys.readouterr().err == ""
     assert cpus.other_cpus() == tuple(range(14))
 
 

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 
 ENV = "CUDA_AGENT_TIMING_CPUS"
 AUTO_MIN_CORES = 8  # "auto" keeps cores only on hosts with at least this many
 AUTO_KEEP = 2
+_overridden: set[str | int | None] = set()  # settings install() has said it did not apply
 
 
 def _allowed() -> list[int]:
@@ -108,9 +110,18 @@ def leave_timed(before: tuple[int, ...] | None) -> None:
 def install(setting: str | int | None = "auto") -> tuple[int, ...]:
     """Decide the kept cores for this process and everything it starts: an explicit
     ``$CUDA_AGENT_TIMING_CPUS`` (a parent's decision) wins, else :func:`resolve` of
-    ``setting``, written to the environment. Returns the kept cores."""
+    ``setting``, written to the environment. Returns the kept cores. A setting other than
+    ``auto`` that the decision already in force overrides is said once on stderr."""
     if ENV in os.environ:
-        return kept()
+        keep = kept()
+        if setting != "auto" and resolve(setting) != keep and setting not in _overridden:
+            _overridden.add(setting)
+            print(
+                f"timing_cpus={setting!r} not applied: {ENV}={os.environ[ENV]!r} is in force "
+                "for this process (set by its parent or by its first pool)",
+                file=sys.stderr,
+            )
+        return keep
     keep = resolve(setting)
     os.environ[ENV] = ",".join(map(str, keep))
     return keep
