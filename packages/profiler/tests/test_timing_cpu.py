@@ -134,3 +134,22 @@ def test_warm_kernel_trace_is_a_no_op_without_cuda():
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is visible: the GPU tests cover the trace")
     assert warm_kernel_trace() == 0.0
+
+
+def test_deferred_work_needs_half_of_the_calls():
+    """A host-side stall makes a call's second synchronisation look like deferred work: 2 of 10
+    calls so (an honest 11 ms MLP beside a multi-GB problem on the H200) must not flag the
+    program, while work deferred in every call (a long-lived worker thread) or in half does."""
+    from cuda_agent.profiler.config import TimingConfig
+    from cuda_agent.profiler.timing import _frequent, _Sample
+
+    share = TimingConfig().deferred_min_fraction
+
+    def samples(n_deferred: int, n: int = 10) -> list[_Sample]:
+        return [_Sample(1.0, 1.0, 1.0, 1.0, None, deferred=i < n_deferred) for i in range(n)]
+
+    assert not _frequent(samples(2), "deferred", share)
+    assert not _frequent(samples(4), "deferred", share)
+    assert _frequent(samples(5), "deferred", share)
+    assert _frequent(samples(10), "deferred", share)
+    assert not _frequent(samples(1, n=2), "deferred", share)  # and never on a single call

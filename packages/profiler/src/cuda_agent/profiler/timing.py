@@ -14,7 +14,8 @@ Per timed call (CUDA):
    flagged ``async_work``; otherwise samples are the local times;
 7. the host wall-clock of the same call and the NVML SM clock are recorded;
 8. after a short sleep (threads that outlive the call get to run) the device is synchronised
-   again; if that finds new work in >= 10% of the calls, the result is flagged ``deferred_work``.
+   again; if that finds new work in at least half of the calls (``deferred_min_fraction``: below
+   that the median is a call that kept its work), the result is flagged ``deferred_work``.
 Samples are taken until the relative standard error of the median is below the target (after
 ``min_samples``), or a sample/time cap. Programs under ``graph_threshold_ms`` are replayed from
 CUDA graphs (every side of a paired comparison alike), but only once every captured graph is
@@ -212,6 +213,12 @@ class _Sample:
     stale: bool = False
     async_ms: float = 0.0  # global - sync overhead: the sample if the call leaves async work
     deferred: bool = False  # device work appeared after the call had been synchronised
+
+
+def _frequent(samples: Sequence[_Sample], attr: str, share: float) -> bool:
+    """Whether at least ``share`` of the samples (and two) have ``attr`` set."""
+    k = sum(bool(getattr(x, attr)) for x in samples)
+    return k >= max(2, share * len(samples))
 
 
 class _CpuTimer:
@@ -532,8 +539,7 @@ def _run(
         kept: dict[str, list[_Sample]] = {n: [] for n in names}
 
         def frequent(ss: list[_Sample], attr: str) -> bool:
-            k = sum(bool(getattr(x, attr)) for x in ss)
-            return k >= max(2, cfg.async_min_fraction * len(ss))
+            return _frequent(ss, attr, cfg.async_min_fraction)
 
         def vals(name: str) -> list[float]:
             use_async = frequent(all_samples[name], "async_")
@@ -602,7 +608,7 @@ def _run(
             ss = all_samples[name]
             if frequent(ss, "async_"):
                 per_flags[name].add(F_ASYNC)
-            if frequent(ss, "deferred"):
+            if _frequent(ss, "deferred", cfg.deferred_min_fraction):
                 per_flags[name].add(F_DEFERRED)
             if any(s.threads for s in ss):
                 per_flags[name].add(F_THREAD)
