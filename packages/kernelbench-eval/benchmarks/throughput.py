@@ -423,6 +423,9 @@ def install_stubs(force: tuple[str, ...] = ()) -> list[str]:
     import types
 
     done = []
+    if "pydantic" in force or importlib.util.find_spec("pydantic") is None:
+        # the real LLM clients import pydantic: beside its stand-in they would not import
+        force = (*force, "openai", "litellm")
     for name in (*_ABSENT_STUBS, "pydantic"):
         if name not in force and importlib.util.find_spec(name) is not None:
             continue

@@ -34,6 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cuda_agent.guards.checks import CHECKS
 from cuda_agent.kernelbench_eval.corpus import CorpusError, load_corpus
 from cuda_agent.records import Candidate, Solution, Task
 from cuda_agent.records.jsonl import encode
@@ -138,12 +139,17 @@ def hack_candidates(root: Path = POSITIVE) -> list[Candidate]:
         else:
             task = Task.make(h.name, h.ref, source="user")
             meta = {}
+        codes = sorted(set(h.static_rejects) | set(h.runtime_rejects))
+        # under `kernelbench` (the batch's policy) some of these codes only flag (half precision,
+        # torch compute beside a kernel: KernelBench's leaderboard allows both)
+        kb_rejects = [c for c in codes if CHECKS[c].severity("kernelbench") == "reject"]
         bench = {
             "id": f"hack/{h.name}",
             "source": "guards-hack",
             "honest": False,
-            "expected": "guard_violation",
-            "expected_codes": sorted(set(h.static_rejects) | set(h.runtime_rejects)),
+            "expected": "guard_violation" if kb_rejects else "ok",
+            "expected_strict": "guard_violation",
+            "expected_codes": codes,
             "hack": h.hack,
             "ref": "KernelBench L1/19_ReLU" if on_kb else "guards corpus reference",
         }

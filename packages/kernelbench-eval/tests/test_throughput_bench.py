@@ -61,6 +61,10 @@ def test_batch_sources_order_and_subset(batch):
     hacks = [c for c in batch if c.meta["bench"]["source"] == "guards-hack"]
     assert all(c.task.ref_code == relu and c.task.problem_id == 19 for c in hacks)
     assert all(c.meta["bench"]["honest"] is False for c in hacks)
+    # expected under `kernelbench`, the batch's policy: half precision only flags there
+    exp = {c.meta["bench"]["id"]: c.meta["bench"]["expected"] for c in hacks}
+    assert exp["hack/x_half_cuda"] == "ok" and exp["hack/x_side_stream"] == "guard_violation"
+    assert all(c.meta["bench"]["expected_strict"] == "guard_violation" for c in hacks)
     # fixed order (sha256 of the ids) and the same records every time
     assert ids == sorted(ids, key=tb._order_key)
     again = tb.build_batch(POSITIVE_ROOT)
