@@ -175,11 +175,15 @@ sec_kb-throughput() {  # issue 28: the fixed batch of real KernelBench work thro
   # of the limit) + KBT_DRAIN_S (15%), KBT_SUBSET_S (15%), the rest for KernelBench's harness;
   # KBT_KB_PRECOMPILE (default nproc) workers for its CPU pre-compile (0: none, its default flow);
   # KBT_TIMING: profiler timing settings (JSON) for our runs (default: the protocol's);
+  # KBT_RUN_ARGS: more `kernelbench-eval run` flags (e.g. "--workers-per-gpu=4");
+  # KBT_BASELINES_FROM: a profiler cache folder (kb_references.py's) whose baselines seed ours;
   # KBT_BACKEND=cpu rehearses the plumbing on a machine without a GPU
   local d=$1 lim=$2 B=packages/kernelbench-eval/benchmarks t0=$(date +%s) p
   local feed=${KBT_BATCH_S:-$(( lim * 40 / 100 ))} drain=${KBT_DRAIN_S:-$(( lim * 15 / 100 ))}
   local sub=${KBT_SUBSET_S:-$(( lim * 15 / 100 ))} parts=${KBT_PARTS:-batch subset kb}
   local targ=(); [ -n "${KBT_TIMING:-}" ] && targ=("--run-arg=--timing-config=$KBT_TIMING")
+  for p in ${KBT_RUN_ARGS:-}; do targ+=("--run-arg=$p"); done
+  [ -n "${KBT_BASELINES_FROM:-}" ] && targ+=(--baselines-from "$KBT_BASELINES_FROM")
   python3 $B/throughput_batch.py build -o "$d/batch.jsonl" --subset-output "$d/subset.jsonl" --min 0 \
     --positive "${KBT_POSITIVE:-packages/kernelbench-eval/corpus/positive}" || return 1
   for p in $parts; do

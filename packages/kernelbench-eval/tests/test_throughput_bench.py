@@ -550,7 +550,11 @@ def test_runner_concurrent_and_serial_cpu(tmp_path):
         tol=1.0,
     )
     assert c["compared"] == 2 and c["verdicts_identical"] and c["honest_speedups"] == 1
-    # the feed budget: nothing fed after it, so a zero budget evaluates nothing
+    # the feed budget: nothing fed after it, so a zero budget evaluates nothing; baselines of an
+    # earlier references run seed the fresh cache
+    seed = tmp_path / "refs-cache"
+    (seed / "baselines").mkdir(parents=True)
+    (seed / "baselines" / "0123456789abcdef.json").write_text("{}")
     p = subprocess.run(
         [
             sys.executable,
@@ -562,13 +566,17 @@ def test_runner_concurrent_and_serial_cpu(tmp_path):
             str(tmp_path / "none"),
             "--backend",
             "cpu",
-            "--warm-cache",
             "--feed-s",
             "0",
+            "--baselines-from",
+            str(seed),
         ],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert p.returncode == 0, p.stderr
-    assert json.loads(p.stdout)["fed"] == 0
+    info = json.loads(p.stdout)
+    assert info["fed"] == 0 and info["baselines_seeded"] == 1 and info["fresh_cache"]
+    s = tp.summarize([], info)
+    assert "baselines of 1 tasks taken from an earlier references run" in tp.summary_md(s)
