@@ -89,6 +89,16 @@ def test_long_lived_worker_thread_is_flagged():
     assert {"deferred_work", "async_work"} & set(res.stats["new"].flags)
 
 
+def test_stats_say_which_gpu_and_clocks():
+    """Each side's stats carry the physical GPU and the median SM and memory clocks of its
+    samples, so that two runs on two GPUs of one name can be told apart."""
+    res = _exploit("honest.py")
+    for st in res.stats.values():
+        assert st.gpu_uuid and st.gpu_uuid.startswith("GPU-")
+        assert st.sm_clock_mhz and st.sm_clock_mhz > 100
+        assert st.mem_clock_mhz and st.mem_clock_mhz > 100
+
+
 def test_honest_solution_is_not_flagged():
     res = _exploit("honest.py")
     bad = {"async_work", "background_thread", "stale_output", "trace_mismatch", "deferred_work"}

@@ -153,3 +153,16 @@ def test_deferred_work_needs_half_of_the_calls():
     assert _frequent(samples(5), "deferred", share)
     assert _frequent(samples(10), "deferred", share)
     assert not _frequent(samples(1, n=2), "deferred", share)  # and never on a single call
+
+
+def test_cpu_stats_have_no_gpu_or_clocks():
+    """Off the GPU there is no NVML: the fields are None, and stats written before they
+    existed still decode."""
+    import msgspec
+
+    from cuda_agent.records import TimingStats
+
+    s = measure(_sleeper(0.5), _sets(), device="cpu", config=CFG)
+    assert s.gpu_uuid is None and s.sm_clock_mhz is None and s.mem_clock_mhz is None
+    old = msgspec.json.decode(b'{"median_ms": 1.0, "n": 3}', type=TimingStats)
+    assert old.gpu_uuid is None and old.sm_clock_mhz is None

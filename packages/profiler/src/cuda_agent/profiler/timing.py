@@ -131,11 +131,23 @@ class _Clock:
         except Exception:  # noqa: BLE001 - clock sampling is best effort
             self.handle = None
 
-    def read(self) -> float | None:
+    def read(self, which: str = "SM") -> float | None:
+        """The current ``SM`` or ``MEM`` clock in MHz (None without NVML)."""
         if self.handle is None:
             return None
         try:
-            return float(self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM))
+            kind = getattr(self.nvml, f"NVML_CLOCK_{which}")
+            return float(self.nvml.nvmlDeviceGetClockInfo(self.handle, kind))
+        except Exception:  # noqa: BLE001
+            return None
+
+    def uuid(self) -> str | None:
+        """The physical GPU's NVML UUID: two GPUs of one name differ by percents."""
+        if self.handle is None:
+            return None
+        try:
+            u = self.nvml.nvmlDeviceGetUUID(self.handle)
+            return u.decode() if isinstance(u, bytes) else str(u)
         except Exception:  # noqa: BLE001
             return None
 
@@ -209,10 +221,16 @@ class _Sample:
     host_ms: float
     clock: float | None
     async_: bool = False
+    mem_clock: float | None = None
     threads: bool = False
     stale: bool = False
     async_ms: float = 0.0  # global - sync overhead: the sample if the call leaves async work
     deferred: bool = False  # device work appeared after the call had been synchronised
+
+
+def _median_or_none(values: Sequence[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return float(np.median(got)) if got else None
 
 
 def _frequent(samples: Sequence[_Sample], attr: str, share: float) -> bool:
@@ -329,6 +347,7 @@ class _CudaTimer:
         host = (t1 - t0) * 1e3
         clock = self.clock.read()
         s = _Sample(local, local, glob_, host, clock, threads=bool(new), async_ms=local)
+        s.mem_clock = self.clock.read("MEM")
         if not _raw and glob_ - local > self.overhead_allow_ms + 0.02 * local:
             s.async_ms = max(glob_ - self.overhead_ms, local)
             s.async_ = True
@@ -633,6 +652,11 @@ def _run(
 
     samples = {n: vals(n) for n in names}
     stats = {n: summarize(samples[n], discarded, sorted(flags | per_flags[n])) for n in names}
+    gpu = timer.clock.uuid() if isinstance(timer, _CudaTimer) else None
+    for n in names:  # where and at which clocks: for comparing runs on different machines
+        stats[n].sm_clock_mhz = _median_or_none([x.clock for x in kept[n]])
+        stats[n].mem_clock_mhz = _median_or_none([x.mem_clock for x in kept[n]])
+        stats[n].gpu_uuid = gpu
     all_flags = sorted(flags.union(*per_flags.values()))
     return PairedResult(
         stats=stats,

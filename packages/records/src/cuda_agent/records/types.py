@@ -43,6 +43,11 @@ class TimingStats(msgspec.Struct, kw_only=True):
     ci95_high_ms: float | None = None
     discarded: int = 0  # samples dropped (throttled clock, outliers the protocol rejects)
     flags: list[str] = []  # protocol findings, e.g. "async_work", "cuda_graph", "time_cap"
+    # the median NVML SM and memory clocks over the kept samples and the physical GPU (NVML
+    # UUID) they were taken on; None where NVML is not there (CPU)
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    gpu_uuid: str | None = None
 
 
 class Baseline(msgspec.Struct, kw_only=True):
