@@ -219,20 +219,16 @@ class MemSampler:
         self.peak_mib = 0.0
         self.ok = False
         self._stop = threading.Event()
-        try:
-            import pynvml
+        from cuda_agent.profiler.nvml import Sampler
 
-            pynvml.nvmlInit()
-            self._h = pynvml.nvmlDeviceGetHandleByIndex(0)
-            self._nv = pynvml
-            self.base_mib = pynvml.nvmlDeviceGetMemoryInfo(self._h).used / 2**20
-            self.ok = True
-        except Exception:  # noqa: BLE001 - no NVML (the cpu run): report nothing
-            self.base_mib = 0.0
+        self._gpu = Sampler(0)
+        used = self._gpu.memory_bytes("used")
+        self.ok = used is not None  # no NVML (the cpu run): report nothing
+        self.base_mib = (used or 0) / 2**20
 
     def _loop(self) -> None:
         while not self._stop.wait(0.05):
-            used = self._nv.nvmlDeviceGetMemoryInfo(self._h).used / 2**20
+            used = (self._gpu.memory_bytes("used") or 0) / 2**20
             self.peak_mib = max(self.peak_mib, used)
 
     def __enter__(self):

@@ -270,22 +270,15 @@ def gpu_total_bytes(device: str) -> int | None:
     """Total memory of ``device`` (NVML, else torch), None on cpu."""
     if not device.startswith("cuda"):
         return None
+    from cuda_agent.profiler.nvml import memory_bytes, nvml_index
+
     idx = int(device.split(":")[1]) if ":" in device else 0
-    try:
-        import pynvml
-
-        from cuda_agent.profiler.timing import _nvml_index
-
-        pynvml.nvmlInit()
-        return int(
-            pynvml.nvmlDeviceGetMemoryInfo(
-                pynvml.nvmlDeviceGetHandleByIndex(_nvml_index(idx))
-            ).total
-        )
-    except Exception:  # noqa: BLE001
+    total = memory_bytes(nvml_index(idx), "total")
+    if total is None:  # no NVML: torch says (and creates a context)
         import torch
 
-        return int(torch.cuda.get_device_properties(idx).total_memory)
+        total = int(torch.cuda.get_device_properties(idx).total_memory)
+    return total
 
 
 # ---------------------------------------------------------------- one problem

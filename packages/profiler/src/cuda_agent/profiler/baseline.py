@@ -51,19 +51,15 @@ def device_name(device: str = "cuda", *, visible: str | None = None) -> str:
     """
     if device.startswith("cuda"):
         idx = int(device.split(":")[1]) if ":" in device else 0
-        try:
-            import pynvml
+        from .nvml import device_name as nvml_name
+        from .nvml import nvml_index
 
-            from .timing import _nvml_index
-
-            pynvml.nvmlInit()
-            h = pynvml.nvmlDeviceGetHandleByIndex(_nvml_index(idx, visible))
-            name = pynvml.nvmlDeviceGetName(h)
-            return name.decode() if isinstance(name, bytes) else str(name)
-        except Exception:  # noqa: BLE001 - fall back to torch (creates a context)
+        name = nvml_name(nvml_index(idx, visible))
+        if name is None:  # no NVML: torch says (and creates a context)
             import torch
 
             return torch.cuda.get_device_name(idx)
+        return name
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

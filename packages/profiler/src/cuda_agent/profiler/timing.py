@@ -44,6 +44,7 @@ from cuda_agent.records import TimingStats
 from cuda_agent.records.nested import tensor_leaves
 
 from .config import PROTOCOL_VERSION, TimingConfig
+from .nvml import Sampler, nvml_index
 from .stats import bootstrap_ratio_ci, ratio_of_medians, summarize
 
 InputSets = Sequence[Sequence[Any]]
@@ -112,57 +113,6 @@ def _jitter_inputs(inputs: Sequence[Any], rel: float, gen) -> bool:
 
 
 # ---------------------------------------------------------------- device timers
-
-
-class _Clock:
-    """NVML SM-clock sampler (None readings where NVML is unavailable)."""
-
-    def __init__(self, device_index: int | None):
-        self.handle = None
-        self.nvml = None
-        if device_index is None:
-            return
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self.nvml = pynvml
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(_nvml_index(device_index))
-        except Exception:  # noqa: BLE001 - clock sampling is best effort
-            self.handle = None
-
-    def read(self, which: str = "SM") -> float | None:
-        """The current ``SM`` or ``MEM`` clock in MHz (None without NVML)."""
-        if self.handle is None:
-            return None
-        try:
-            kind = getattr(self.nvml, f"NVML_CLOCK_{which}")
-            return float(self.nvml.nvmlDeviceGetClockInfo(self.handle, kind))
-        except Exception:  # noqa: BLE001
-            return None
-
-    def uuid(self) -> str | None:
-        """The physical GPU's NVML UUID: two GPUs of one name differ by percents."""
-        if self.handle is None:
-            return None
-        try:
-            u = self.nvml.nvmlDeviceGetUUID(self.handle)
-            return u.decode() if isinstance(u, bytes) else str(u)
-        except Exception:  # noqa: BLE001
-            return None
-
-
-def _nvml_index(torch_index: int, visible: str | None = None) -> int:
-    """NVML index of torch device ``torch_index`` (honours ``visible``, default
-    $CUDA_VISIBLE_DEVICES, when numeric)."""
-    import os
-
-    vis = visible if visible is not None else os.environ.get("CUDA_VISIBLE_DEVICES")
-    if vis:
-        parts = [p.strip() for p in vis.split(",") if p.strip()]
-        if torch_index < len(parts) and parts[torch_index].isdigit():
-            return int(parts[torch_index])
-    return torch_index
 
 
 def l2_size_bytes(device: str = "cuda") -> int:
@@ -297,7 +247,7 @@ class _CudaTimer:
         else:
             self.flags.add(F_NO_FLUSH)
         self.reset_l2 = cfg.reset_persisting_l2 and _reset_persisting_l2()
-        self.clock = _Clock(self.device.index)
+        self.clock = Sampler(nvml_index(self.device.index))
         if self.clock.handle is None:
             self.flags.add(F_NO_NVML)
         self.ev = [self._Event(enable_timing=True) for _ in range(3)]
@@ -345,9 +295,9 @@ class _CudaTimer:
         local = start.elapsed_time(end_local)
         glob_ = start.elapsed_time(end_global)
         host = (t1 - t0) * 1e3
-        clock = self.clock.read()
+        clock = self.clock.clock_mhz()
         s = _Sample(local, local, glob_, host, clock, threads=bool(new), async_ms=local)
-        s.mem_clock = self.clock.read("MEM")
+        s.mem_clock = self.clock.clock_mhz("MEM")
         if not _raw and glob_ - local > self.overhead_allow_ms + 0.02 * local:
             s.async_ms = max(glob_ - self.overhead_ms, local)
             s.async_ = True

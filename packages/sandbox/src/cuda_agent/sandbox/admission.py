@@ -70,17 +70,9 @@ def gpu_free(gpu: str | None) -> int | None:
 def _gpu_memory(gpu: str | None, field: str) -> int | None:
     if gpu is None or not gpu.strip().isdigit():
         return None
-    try:
-        import pynvml
+    from cuda_agent.profiler.nvml import memory_bytes
 
-        pynvml.nvmlInit()
-        try:
-            h = pynvml.nvmlDeviceGetHandleByIndex(int(gpu))
-            return int(getattr(pynvml.nvmlDeviceGetMemoryInfo(h), field))
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - no NVML: the GPU's memory is not checked
-        return None
+    return memory_bytes(int(gpu), field)  # None without NVML: the GPU's memory is not checked
 
 
 def disk_free(path: Path) -> int | None:

@@ -364,18 +364,10 @@ def _gpu_uuid(gpu: str) -> str | None:
         return gpu
     if not (gpu.isdigit() or gpu.startswith("GPU-")):
         return None
-    try:
-        import pynvml
+    from cuda_agent.profiler.nvml import device_uuids
 
-        pynvml.nvmlInit()
-        try:
-            uuids = []
-            for i in range(pynvml.nvmlDeviceGetCount()):
-                u = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
-                uuids.append(u.decode() if isinstance(u, bytes) else str(u))
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - no NVML (no driver): the index names it
+    uuids = device_uuids()
+    if uuids is None:  # no NVML (no driver): the index names it
         return gpu if gpu.startswith("GPU-") else None
     if gpu.isdigit():
         return uuids[int(gpu)] if int(gpu) < len(uuids) else None
