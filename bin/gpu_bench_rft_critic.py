@@ -6,7 +6,7 @@
 The model is a random-weight Llama with the shape of SmolLM2-135M (hidden 576, 30 layers,
 9 heads / 3 KV heads, MLP 1536, vocabulary 49152, tied embeddings; 135M parameters), written
 with the byte-level tokenizer of ``make_tiny_model``. The data are synthetic multi-turn
-trajectories (``cuda_agent.rft.synthetic``) of about 10k tokens, 15% of them policy tokens.
+trajectories (``cuda_agent.training.synthetic``) of about 10k tokens, 15% of them policy tokens.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def setup(d: Path, n: int, turns: int, lines: int, small: bool = False) -> None:
 
     from cuda_agent.agent.models import load_tokenizer, make_tiny_model
     from cuda_agent.records import RecordWriter
-    from cuda_agent.rft.synthetic import synthetic_trajectories
+    from cuda_agent.training.synthetic import synthetic_trajectories
 
     model_dir = make_tiny_model(d / "model", seed=0)
     tok = load_tokenizer(model_dir)

@@ -12,9 +12,9 @@ import torch
 from cuda_agent.critic.gae import gae, terminal_rewards
 from cuda_agent.critic.model import HEAD_FILE, ValueModel
 from cuda_agent.critic.pretrain import ValueObjective, evaluate, policy_mask, value_loss
-from cuda_agent.rft.data import collate, example_from_trajectory
-from cuda_agent.rft.metrics import read_metrics
-from cuda_agent.rft.trainer import TrainConfig, train
+from cuda_agent.training.data import collate, example_from_trajectory
+from cuda_agent.training.metrics import read_metrics
+from cuda_agent.training.trainer import TrainConfig, train
 
 
 def test_value_head_is_fp32_and_values_line_up_with_tokens(tiny_model, trajectories):

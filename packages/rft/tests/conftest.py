@@ -7,7 +7,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def setup(tmp_path_factory):
-    from cuda_agent.rft.synthetic import tiny_training_setup
+    from cuda_agent.training.synthetic import tiny_training_setup
 
     return tiny_training_setup(
         tmp_path_factory.mktemp("tiny"), 6, turns=3, tool_output_lines=4, reward=1.0

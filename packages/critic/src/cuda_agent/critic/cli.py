@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from cuda_agent.records.cli_helpers import fail
-from cuda_agent.rft.train_options import (
+from cuda_agent.training.train_options import (
     DataOpt,
     ModelOpt,
     OutDirOpt,
@@ -54,9 +54,9 @@ def pretrain(
     Example: critic pretrain --model runs/rft/final --data trajectories.jsonl --out runs/critic
     """
     from cuda_agent.agent.models import resolve_model
-    from cuda_agent.rft.data import load_examples
-    from cuda_agent.rft.trainer import TrainError
-    from cuda_agent.rft.trainer import train as run_train
+    from cuda_agent.training.data import load_examples
+    from cuda_agent.training.trainer import TrainError
+    from cuda_agent.training.trainer import train as run_train
 
     from .pretrain import ValueObjective
 

@@ -75,7 +75,7 @@ class ValueModel(nn.Module):
         return model
 
     def activation_checkpointing_enable(self, **kw: Any) -> None:
-        from cuda_agent.rft.trainer import enable_checkpointing
+        from cuda_agent.training.trainer import enable_checkpointing
 
         enable_checkpointing(self.backbone)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cuda_agent.rft.data import Example
+from cuda_agent.training.data import Example
 
 from .gae import gae, terminal_rewards
 from .model import ValueModel
@@ -70,7 +70,7 @@ def explained_variance(sums: dict[str, float]) -> float:
 
 
 class ValueObjective:
-    """The ``critic pretrain`` objective for :func:`cuda_agent.rft.trainer.train`."""
+    """The ``critic pretrain`` objective for :func:`cuda_agent.training.trainer.train`."""
 
     name = "critic-value"
 
@@ -110,7 +110,7 @@ def evaluate(
     """Value loss (per-trajectory mean) and explained variance of ``model`` on ``examples``."""
     import torch
 
-    from cuda_agent.rft.data import bucket, collate
+    from cuda_agent.training.data import bucket, collate
 
     device = next(model.parameters()).device
     total: dict[str, float] = {}

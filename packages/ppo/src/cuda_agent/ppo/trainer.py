@@ -37,7 +37,7 @@ import torch
 from cuda_agent.records import RecordWriter, Task, Trajectory
 from cuda_agent.records.cli_helpers import log
 from cuda_agent.records.jsonl import load_records
-from cuda_agent.rft.trainer import all_reduce_sum, barrier, publish_checkpoint
+from cuda_agent.training.trainer import all_reduce_sum, barrier, publish_checkpoint
 
 from .config import PPOConfig
 from .losses import PolicyLoss, ValueLoss, explained_variance, kl_estimate, whiten_with
@@ -93,9 +93,9 @@ def task_order(n: int, seed: int, start: int, count: int) -> list[int]:
 
 # ----------------------------------------------------------------------------- models
 def _train_config(cfg: PPOConfig, lr: float) -> Any:
-    """The options of one :class:`cuda_agent.rft.trainer.Backend` (actor or critic): constant LR,
-    AdamW(0.9, 0.95), no weight decay, the PPO gradient clip."""
-    from cuda_agent.rft.trainer import TrainConfig
+    """The options of one :class:`cuda_agent.training.trainer.Backend` (actor or critic):
+    constant LR, AdamW(0.9, 0.95), no weight decay, the PPO gradient clip."""
+    from cuda_agent.training.trainer import TrainConfig
 
     return TrainConfig(
         out=Path(cfg.train.out),
@@ -366,8 +366,8 @@ def train(
     from cuda_agent.agent.models import load_causal_lm, load_tokenizer
     from cuda_agent.critic.gae import gae
     from cuda_agent.critic.model import ValueModel
-    from cuda_agent.rft.metrics import MetricsLogger
-    from cuda_agent.rft.trainer import Backend, latest_checkpoint, setup_distributed
+    from cuda_agent.training.metrics import MetricsLogger
+    from cuda_agent.training.trainer import Backend, latest_checkpoint, setup_distributed
 
     out = Path(cfg.train.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -711,7 +711,7 @@ def train(
 def _publish_final(out: Path) -> None:
     """``OUT/final``: the actor of the newest checkpoint (what the next stage loads), and
     ``OUT/final-critic``: its critic."""
-    from cuda_agent.rft.trainer import latest_checkpoint, publish_dir
+    from cuda_agent.training.trainer import latest_checkpoint, publish_dir
 
     ck = latest_checkpoint(out)
     if ck is None:

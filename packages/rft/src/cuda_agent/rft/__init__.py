@@ -1,1 +1,1 @@
-"""Rejection fine-tuning (RFT): trajectory selection and policy-token SFT; shared training backends."""
+"""Rejection fine-tuning (RFT): trajectory selection and policy-token SFT."""

@@ -23,9 +23,15 @@ from cuda_agent.records.cli_helpers import (
     run_stream,
 )
 from cuda_agent.records.jsonl import RecordWriter
+from cuda_agent.training.train_options import (
+    DataOpt,
+    ModelOpt,
+    OutDirOpt,
+    train_config,
+    training_command,
+)
 
 from .select import SCHEMA_COUNTERS, TRUNCATION_STOP_REASONS, SelectConfig, SelectStats
-from .train_options import DataOpt, ModelOpt, OutDirOpt, train_config, training_command
 
 app = typer.Typer(
     help="""Rejection fine-tuning (RFT) of the actor on its own good trajectories.
@@ -152,11 +158,11 @@ def train(model: ModelOpt, data: DataOpt, out: OutDirOpt, opts: dict) -> None:
     Example: rft select < trajectories.jsonl | rft train --model smollm2 --data - --out runs/rft
     """
     from cuda_agent.agent.models import load_tokenizer, resolve_model
+    from cuda_agent.training.data import load_examples
+    from cuda_agent.training.trainer import TrainError
+    from cuda_agent.training.trainer import train as run_train
 
-    from .data import load_examples
     from .sft import SFTObjective
-    from .trainer import TrainError
-    from .trainer import train as run_train
 
     cfg = train_config(out, opts)
     try:

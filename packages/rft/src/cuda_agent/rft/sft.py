@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cuda_agent.agent.models import load_causal_lm
-
-from .data import Example
+from cuda_agent.training.data import Example
 
 
 def masked_nll(logits: Any, input_ids: Any, loss_mask: Any) -> tuple[Any, int]:
@@ -55,7 +54,7 @@ def policy_nll(model: Any, batch: dict[str, Any]) -> tuple[Any, int]:
 
 
 class SFTObjective:
-    """The ``rft train`` objective for :func:`cuda_agent.rft.trainer.train`."""
+    """The ``rft train`` objective for :func:`cuda_agent.training.trainer.train`."""
 
     name = "rft-sft"
 
@@ -83,7 +82,7 @@ def mean_nll(model: Any, examples: list[Example], batch_tokens: int = 16384) -> 
     """Token-mean NLL of ``model`` over the policy tokens of ``examples`` (no gradient)."""
     import torch
 
-    from .data import bucket, collate
+    from cuda_agent.training.data import bucket, collate
 
     device = next(model.parameters()).device
     total, count = 0.0, 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cuda_agent.rft.data import Example, Schedule, bucket
+from cuda_agent.training.data import Example, Schedule, bucket
 
 
 def _ex(i: int, n: int) -> Example:
@@ -46,7 +46,7 @@ def test_value_targets_leave_out_episodes_the_sandbox_failed(tmp_path, capsys):
     from cuda_agent.records import Status
     from cuda_agent.records.examples import trajectory
     from cuda_agent.records.jsonl import encode
-    from cuda_agent.rft.data import load_examples
+    from cuda_agent.training.data import load_examples
 
     good = msgspec.structs.replace(trajectory(0), reward=1.0)
     t1 = trajectory(1)
@@ -72,7 +72,7 @@ def test_episodes_ended_by_an_error_are_left_out(tmp_path, capsys):
 
     from cuda_agent.records.examples import trajectory
     from cuda_agent.records.jsonl import encode
-    from cuda_agent.rft.data import load_examples
+    from cuda_agent.training.data import load_examples
 
     good = msgspec.structs.replace(trajectory(0), reward=1.0)
     cut = msgspec.structs.replace(trajectory(1), id="cut", stop_reason="error", reward=0.5)

@@ -154,7 +154,7 @@ def training_command(fn: Any) -> Any:
 
 
 def train_config(out: Path, opts: dict[str, Any], extra: dict[str, Any] | None = None) -> Any:
-    """The :class:`~cuda_agent.rft.trainer.TrainConfig` of a trainer command's options."""
+    """The :class:`~cuda_agent.training.trainer.TrainConfig` of a trainer command's options."""
     from .trainer import TrainConfig
 
     deepspeed = opts["deepspeed"]

@@ -1,0 +1,1 @@
+"""Training plumbing every trainer shares: backends, the data-set loop, data, metrics, options."""
