@@ -8,13 +8,14 @@
 #                    [--force STAGE]... [--only STAGE]
 #
 # Every stage writes into RUN_DIR/<stage>/, logs to RUN_DIR/logs/<stage>.log, and is skipped when
-# RUN_DIR/<stage>/.done exists (--force STAGE redoes it; --force all redoes everything). A failing
-# stage stops the run with a message naming it and the end of its log. Rerunning the same command
-# continues where it stopped (the long stages resume inside, too).
+# RUN_DIR/<stage>/.done exists. --force STAGE deletes RUN_DIR/<stage>/ and runs the stage from
+# scratch (--force all: every stage); the stages after it are not redone unless forced too. A
+# failing stage stops the run with a message naming it and the end of its log. Rerunning the same
+# command continues where it stopped (the long stages resume inside, too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-0}"; }
 CONFIG="" RUN="" ONLY="" FORCE=" "
 SETS=()
 while [ $# -gt 0 ]; do
@@ -41,7 +42,9 @@ STAGES="data baselines warmup collect rft critic ppo eval"
 run_stage() {  # run_stage NAME FUNCTION
   local name=$1 fn=$2 dir="$RUN/$1" logf="$RUN/logs/$1.log"
   if [ -n "$ONLY" ] && [ "$ONLY" != "$name" ]; then return 0; fi
-  if [ -f "$dir/.done" ] && [[ "$FORCE" != *" $name "* ]] && [[ "$FORCE" != *" all "* ]]; then
+  if [[ "$FORCE" == *" $name "* || "$FORCE" == *" all "* ]]; then
+    say "$name: forced: deleting $dir to run it from scratch"; rm -rf "$dir"
+  elif [ -f "$dir/.done" ]; then
     say "$name: done already (in $dir; --force $name to redo)"; return 0
   fi
   rm -f "$dir/.done"; mkdir -p "$dir"
@@ -117,8 +120,10 @@ stage_collect() {
 
 stage_rft() {
   local d=$1
+  # --resume: a rerun of an unfinished stage appends only what an interrupted select had not
+  # written, so kept.jsonl stays the data `rft train --resume` started on
   rft select "$RUN/collect/trajectories.jsonl" --min-reward "$CA_PIPELINE_RFT_MIN_REWARD" \
-    --dropped "$d/dropped.jsonl" -o "$d/kept.jsonl"
+    --dropped "$d/dropped.jsonl" -o "$d/kept.jsonl" --resume
   if [ ! -s "$d/kept.jsonl" ]; then
     echo "rft: no trajectory passed selection (expected for a tiny or untrained model);"
     echo "rft: the actor passes through unchanged"
@@ -126,7 +131,7 @@ stage_rft() {
     return 0
   fi
   rft train --model "$RUN/warmup/final" --data "$d/kept.jsonl" --out "$d" --lr "$CA_PIPELINE_RFT_LR" \
-    --epochs "$CA_PIPELINE_RFT_EPOCHS" --device "$CA_TRAIN_DEVICE" \
+    --epochs "$CA_PIPELINE_RFT_EPOCHS" --device "$CA_TRAIN_DEVICE" --max-len "$CA_ROLLOUT_MAX_CONTEXT" \
     ${CA_PIPELINE_DEEPSPEED:+--deepspeed "$CA_PIPELINE_DEEPSPEED"} --resume
 }
 
@@ -134,7 +139,7 @@ stage_critic() {
   local d=$1
   critic pretrain --model "$RUN/rft/final" --data "$RUN/collect/trajectories.jsonl" --out "$d" \
     --lr "$CA_PIPELINE_CRITIC_LR" --epochs "$CA_PIPELINE_CRITIC_EPOCHS" --device "$CA_TRAIN_DEVICE" \
-    --gamma "$CA_PPO_GAMMA" --lambda "$CA_PPO_LAM" \
+    --gamma "$CA_PPO_GAMMA" --lambda "$CA_PPO_LAM" --max-len "$CA_ROLLOUT_MAX_CONTEXT" \
     ${CA_PIPELINE_DEEPSPEED:+--deepspeed "$CA_PIPELINE_DEEPSPEED"} --resume
 }
 

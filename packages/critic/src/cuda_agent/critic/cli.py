@@ -11,6 +11,7 @@ import typer
 from cuda_agent.records.cli_helpers import fail
 from cuda_agent.training.train_options import (
     DataOpt,
+    LocalRankOpt,
     ModelOpt,
     OutDirOpt,
     train_config,
@@ -22,10 +23,12 @@ app = typer.Typer(
 
 Examples:
 
-  critic pretrain --model runs/rft/final --data trajectories.jsonl --out runs/critic
+  critic pretrain --model runs/rft/final --data trajectories.jsonl \\
+      --out runs/critic
 
-  deepspeed --num_gpus 8 -m cuda_agent.critic.cli pretrain --model runs/rft/final \\
-      --data trajectories.jsonl --out runs/critic --deepspeed configs/ds_zero2.json
+  deepspeed --num_gpus 8 --module cuda_agent.critic.cli pretrain \\
+      --model runs/rft/final --data trajectories.jsonl --out runs/critic \\
+      --deepspeed configs/ds_zero2.json
 """,
     no_args_is_help=True,
     add_completion=False,
@@ -34,7 +37,7 @@ Examples:
 
 
 @app.callback()
-def _main() -> None:
+def _main(local_rank: LocalRankOpt = -1) -> None:
     """Value model and value pretraining."""
 
 

@@ -8,17 +8,24 @@ from typing import Annotated
 import typer
 
 from cuda_agent.records.cli_helpers import fail
+from cuda_agent.training.train_options import LocalRankOpt
 
 app = typer.Typer(
     help="""PPO for CUDA kernel agents (the CUDA Agent recipe's RL stages).
 
 Examples:
 
-  ppo train --config configs/tiny-cpu.toml
+  ppo train --config configs/tiny-cpu.toml --set ppo.steps=2 \\
+      --set 'data.tasks="runs/demo/data/tasks.jsonl"' \\
+      --set 'train.out="runs/ppo"'
 
-  ppo train --config configs/h200-smoke.toml --set ppo.steps=5 --set rollout.mode="single-turn"
+  torchrun --nproc_per_node=8 -m cuda_agent.ppo.cli train --config C ...
 
-  ppo train --config configs/paper-8xh100.toml --resume
+  deepspeed --num_gpus 8 --module cuda_agent.ppo.cli train --config C ...
+
+RUN in the configs' data.tasks and train.out is not expanded (bin/train_all.sh
+sets both): give them with --set. The DeepSpeed launcher's --local_rank is
+accepted and ignored (LOCAL_RANK is read).
 
 Metrics: OUT/metrics.jsonl (and TensorBoard in OUT/tb); episodes: OUT/trajectories.jsonl;
 checkpoints: OUT/checkpoint-N/{actor,critic}.
@@ -30,7 +37,7 @@ checkpoints: OUT/checkpoint-N/{actor,critic}.
 
 
 @app.callback()
-def _main() -> None:
+def _main(local_rank: LocalRankOpt = -1) -> None:
     """PPO for CUDA kernel agents."""
 
 
@@ -48,6 +55,7 @@ def train(
     """Run PPO steps as configured; metrics and checkpoints go to train.out.
 
     Example: ppo train --config configs/tiny-cpu.toml --set ppo.steps=2
+    --set 'data.tasks="runs/demo/data/tasks.jsonl"' --set 'train.out="runs/ppo"'
     """
     from .config import ConfigError, load_config
     from .trainer import PPOError

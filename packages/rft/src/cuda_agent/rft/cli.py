@@ -25,6 +25,7 @@ from cuda_agent.records.cli_helpers import (
 from cuda_agent.records.jsonl import RecordWriter
 from cuda_agent.training.train_options import (
     DataOpt,
+    LocalRankOpt,
     ModelOpt,
     OutDirOpt,
     train_config,
@@ -42,8 +43,8 @@ Examples:
 
   rft train --model smollm2 --data kept.jsonl --out runs/rft
 
-  deepspeed --num_gpus 8 -m cuda_agent.rft.cli train --model ckpt --data kept.jsonl \\
-      --out runs/rft --deepspeed configs/ds_zero2.json
+  deepspeed --num_gpus 8 --module cuda_agent.rft.cli train --model ckpt \\
+      --data kept.jsonl --out runs/rft --deepspeed configs/ds_zero2.json
 """,
     no_args_is_help=True,
     add_completion=False,
@@ -52,7 +53,7 @@ Examples:
 
 
 @app.callback()
-def _main() -> None:
+def _main(local_rank: LocalRankOpt = -1) -> None:
     """Rejection fine-tuning."""
 
 

@@ -19,6 +19,13 @@ DataOpt = Annotated[
     Path, typer.Option(help="Trajectories JSONL ('-' = stdin, single process only).")
 ]
 OutDirOpt = Annotated[Path, typer.Option(help="Run directory: checkpoints, final/, metrics.")]
+# The DeepSpeed launcher (``deepspeed --num_gpus N --module cuda_agent.X.cli CMD ...``) puts
+# ``--local_rank=N`` right after the module, before the command (unless ``--no_local_rank``): the
+# CLIs' callbacks take it and ignore it (so do the trainer commands, should it come after the
+# command). LOCAL_RANK in the environment, which every launcher sets, is what the trainers read.
+LocalRankOpt = Annotated[
+    int, typer.Option("--local_rank", hidden=True, help="Ignored (LOCAL_RANK is read).")
+]
 
 # (name, annotated type, default) of the options shared by every trainer, in --help order
 TRAIN_OPTIONS: list[tuple[str, Any, Any]] = [
@@ -122,7 +129,7 @@ TRAIN_OPTIONS: list[tuple[str, Any, Any]] = [
         True,
     ),
     # the DeepSpeed launcher passes --local_rank; the rank comes from the environment
-    ("local_rank", Annotated[int, typer.Option("--local_rank", hidden=True)], -1),
+    ("local_rank", LocalRankOpt, -1),
 ]
 _NAMES = [n for n, _, _ in TRAIN_OPTIONS]
 
