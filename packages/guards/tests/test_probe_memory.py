@@ -82,3 +82,35 @@ def test_same_output_sliced_matches_whole_on_random_outputs(monkeypatch) -> None
     monkeypatch.setattr(runtime, "COMPARE_CHUNK", 16)
     assert [same_output(x, y) for x, y in cases] == whole
     assert any(w is None for w in whole) and any(w for w in whole)
+
+
+def test_pointer_cache_is_caught_when_the_allocator_reuses_addresses() -> None:
+    """A cache keyed by the input's address: the probe rewrites the buffers of one call in place
+    and compares with fresh tensors holding the same values. Freed before the fresh ones are
+    made, those buffers' addresses went to the fresh tensors (an allocator reuses a block of the
+    same size), the cache hit again and the check saw nothing (seen in CI as a pointer-cache hack
+    rejected only by other codes, at random)."""
+    from cuda_agent.guards.api import RuntimeGuard
+
+    class PointerCache(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cache: dict[int, torch.Tensor] = {}
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            key = x.data_ptr()
+            if key not in self.cache:
+                self.cache[key] = x * 2.0
+            return self.cache[key]
+
+    for _ in range(5):  # whether an address is reused depends on the allocator's state
+        g = RuntimeGuard("strict", backend="cpu", own_kernels=[], own_modules=[])
+        m, x = PointerCache(), torch.randn(4096)
+        with torch.no_grad():
+            with g.watch([x]):
+                out = m(x)
+            g.after_call([x], out)
+            g.probe(m, [x], out)
+        findings = g.finish()
+        msgs = [f.message for f in findings if f.code == "G-CACHE"]
+        assert any("cache keyed by pointer" in s for s in msgs), [f.code for f in findings]

@@ -125,6 +125,25 @@ def clone_inputs(inputs: Sequence[Any]) -> list[Any]:
     return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
+def clone_at_new_addresses(inputs: Sequence[Any]) -> list[Any]:
+    """Copies of ``inputs`` (same shapes, strides and values) at data pointers that no plain
+    allocation can have had: each starts 256 bytes (CUDA; blocks start on multiples of 512) or
+    32 bytes (CPU; 64) into a slightly larger buffer. Fresh tensors from ``clone`` may get the address of one
+    freed a moment ago, and a cache keyed by pointer then hits."""
+    out = []
+    for x in inputs:
+        if not isinstance(x, torch.Tensor):
+            out.append(x)
+            continue
+        pad = max(1, (256 if x.device.type == "cuda" else 32) // x.element_size())
+        span = 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride(), strict=True) if n)
+        buf = torch.empty(pad + (span if x.numel() else 0), dtype=x.dtype, device=x.device)
+        t = buf.as_strided(x.shape, x.stride(), pad)
+        t.copy_(x)
+        out.append(t)
+    return out
+
+
 def perturbed(inputs: Sequence[Any], seed: int = 1234) -> list[Any]:
     """Fresh inputs with new values of the same shape and dtype (floats: new normal draws at the
     same scale; integers and bools: a rotation of the values). The draws are made on each
@@ -635,10 +654,12 @@ class RuntimeGuardImpl:
                     b.copy_(v)
             out_a, kernels_a = self._observe_own(model, bufs)
             del bufs
-            out_b, kernels_b = self._observe_own(model, clone_inputs(newvals))
+            # fresh tensors at addresses never used before: a plain clone could get the address
+            # of ``bufs`` or of an earlier clone of these inputs, whose cached output would match
+            out_b, kernels_b = self._observe_own(model, clone_at_new_addresses(newvals))
             d = same_output(out_a, out_b)
             del out_a
-            kernels_c = self._observe_own(model, clone_inputs(newvals))[1]
+            kernels_c = self._observe_own(model, clone_at_new_addresses(newvals))[1]
             del newvals
             if d:
                 self.fs.add(
