@@ -773,6 +773,7 @@ class WorkspaceEnvFactory:
         self.config = config or WorkspaceEnvConfig()
         self.task_column = task_column
         self.envs: list[_WorkspaceEnv] = []
+        self._made = 0  # environments made so far (their indexes name their workspaces)
         self._lock = threading.Lock()
         if sandbox_env is not None:
             from cuda_agent.sandbox.execute import check_workspace_reachable
@@ -809,9 +810,19 @@ class WorkspaceEnvFactory:
     def __call__(self) -> _WorkspaceEnv:
         with self._lock:
             cls = KernelWorkspaceEnv if self.sandbox_env is not None else ServiceWorkspaceEnv
-            env = cls(self, len(self.envs))
+            env = cls(self, self._made)
+            self._made += 1
             self.envs.append(env)
             return env
+
+    def release(self, env: _WorkspaceEnv) -> None:
+        """Remove ``env``'s workspace and forget ``env`` (for trainers that make one environment
+        per rollout and never reuse it, e.g. OpenRLHF's agent instances)."""
+        with env._lock:
+            env._drop()
+        with self._lock:
+            if env in self.envs:
+                self.envs.remove(env)
 
     def reward(
         self,
