@@ -132,6 +132,7 @@ stage_rft() {
   fi
   rft train --model "$RUN/warmup/final" --data "$d/kept.jsonl" --out "$d" --lr "$CA_PIPELINE_RFT_LR" \
     --epochs "$CA_PIPELINE_RFT_EPOCHS" --device "$CA_TRAIN_DEVICE" --max-len "$CA_ROLLOUT_MAX_CONTEXT" \
+    $([ "$CA_TRAIN_GRAD_CKPT" = 1 ] && echo --grad-ckpt) \
     ${CA_PIPELINE_DEEPSPEED:+--deepspeed "$CA_PIPELINE_DEEPSPEED"} --resume
 }
 
@@ -140,6 +141,7 @@ stage_critic() {
   critic pretrain --model "$RUN/rft/final" --data "$RUN/collect/trajectories.jsonl" --out "$d" \
     --lr "$CA_PIPELINE_CRITIC_LR" --epochs "$CA_PIPELINE_CRITIC_EPOCHS" --device "$CA_TRAIN_DEVICE" \
     --gamma "$CA_PPO_GAMMA" --lambda "$CA_PPO_LAM" --max-len "$CA_ROLLOUT_MAX_CONTEXT" \
+    $([ "$CA_TRAIN_GRAD_CKPT" = 1 ] && echo --grad-ckpt) \
     ${CA_PIPELINE_DEEPSPEED:+--deepspeed "$CA_PIPELINE_DEEPSPEED"} --resume
 }
 
@@ -164,4 +166,5 @@ stage_eval() {
 }
 
 for s in $STAGES; do run_stage "$s" "stage_$s"; done
+if [ -n "$ONLY" ]; then say "stage $ONLY done (in $RUN/$ONLY)"; exit 0; fi
 say "all stages done. outputs in $RUN/: data/tasks.jsonl, collect/trajectories.jsonl, rft/final, critic/final, ppo/final, ppo/metrics.jsonl$([ -n "$CA_PIPELINE_KERNELBENCH" ] && echo ", eval/report.md")"
