@@ -94,6 +94,8 @@ def judge(entry: Entry, runs: list[tuple[str, dict[str, EvalResult]]]) -> Row:
         ),
         "",
     )
+    if verdict == "UNSTABLE":
+        msg = _moved_where(res[0], res[1])
     return Row(
         path=entry.expected.path.removeprefix("solutions/"),
         level=entry.expected.level,
@@ -107,6 +109,25 @@ def judge(entry: Entry, runs: list[tuple[str, dict[str, EvalResult]]]) -> Row:
         verdict=verdict,
         message=msg[:300],
     )
+
+
+def _moved_where(a: EvalResult | None, b: EvalResult | None) -> str:
+    """Which side of a speed-up moved between two runs, and where each was timed: medians of
+    the candidate and eager, SM and memory clocks, the GPU (as far as the results say)."""
+    parts = []
+    for side in ("candidate", "eager"):
+        sa, sb = (getattr(r.timing, side, None) if r and r.timing else None for r in (a, b))
+        if sa is None or sb is None:
+            continue
+        line = f"{side} {sa.median_ms:.4g} -> {sb.median_ms:.4g} ms"
+        for label, field in (("SM", "sm_clock_mhz"), ("mem", "mem_clock_mhz")):
+            ca, cb = getattr(sa, field), getattr(sb, field)
+            if ca is not None and cb is not None:
+                line += f", {label} {ca:.0f} -> {cb:.0f} MHz"
+        if sa.gpu_uuid and sb.gpu_uuid:
+            line += ", same GPU" if sa.gpu_uuid == sb.gpu_uuid else ", another GPU"
+        parts.append(line)
+    return "; ".join(parts) or "no timing details in the results"
 
 
 def _results(path: Path) -> dict[str, EvalResult]:

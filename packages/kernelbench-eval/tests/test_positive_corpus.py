@@ -219,6 +219,25 @@ def test_gpu_checker_on_synthetic_results(tmp_path, capsys):
     assert bench.main(["check", str(first), str(write("r2.jsonl", scaled(1.02))), *L1]) == 0
     assert bench.main(["check", str(first), str(write("r3.jsonl", scaled(1.05))), *L1]) == 3
     assert "UNSTABLE" in capsys.readouterr().out
+    # an unstable row says which side moved and where each run was timed
+    from cuda_agent.records import TimingDetail, TimingStats
+
+    def timed(ms, gpu):
+        def tweak(e, r):
+            st = TimingStats(median_ms=ms, n=10, sm_clock_mhz=1980.0, gpu_uuid=gpu)
+            eager = TimingStats(median_ms=2.0, n=10, sm_clock_mhz=1980.0, gpu_uuid=gpu)
+            t = TimingDetail(protocol_version="x", candidate=st, eager=eager)
+            sp = r.speedup_vs_eager and 2.0 / ms
+            return msgspec.structs.replace(r, timing=t, speedup_vs_eager=sp)
+
+        return tweak
+
+    a, b = write("t1.jsonl", timed(1.0, "GPU-a")), write("t2.jsonl", timed(1.1, "GPU-b"))
+    js = tmp_path / "check.json"
+    assert bench.main(["check", str(a), str(b), *L1, "--json", str(js)]) == 3
+    rows = [r for r in json.loads(js.read_text())["rows"] if r["verdict"] == "UNSTABLE"]
+    assert rows and "candidate 1 -> 1.1 ms, SM 1980 -> 1980 MHz, another GPU" in rows[0]["message"]
+    assert "eager 2 -> 2 ms" in rows[0]["message"]
     # the diag solution rejected by G-SOL: a false rejection (exit 1)
     diag = "solutions/level_1_problem_12_sample_0_kernel.py"
 
