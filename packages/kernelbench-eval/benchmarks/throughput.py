@@ -186,7 +186,11 @@ def run_ours(
         src = baselines_from / "baselines"
         if not src.is_dir():
             raise SystemExit(f"throughput: no baselines/ folder in {baselines_from}")
-        dst = Path(env.get("CUDA_AGENT_CACHE", str(out_dir / "cache-profiler"))) / "baselines"
+        if not fresh_cache:  # the user's own cache is not this benchmark's to fill
+            raise SystemExit(
+                "throughput: --baselines-from seeds the fresh caches: not with --warm-cache"
+            )
+        dst = Path(env["CUDA_AGENT_CACHE"]) / "baselines"
         dst.mkdir(parents=True, exist_ok=True)
         for f in src.glob("*.json"):
             shutil.copy2(f, dst / f.name)
@@ -299,20 +303,22 @@ def summarize(results: list[dict[str, Any]], run: dict[str, Any] | None = None) 
     }
 
 
+def _baselines_note(run: dict[str, Any]) -> str:
+    """Where the run's eager and torch.compile baselines came from (its rate depends on it)."""
+    if run.get("baselines_seeded"):
+        n = run["baselines_seeded"]
+        return (
+            f"; eager and torch.compile baselines of {n} tasks taken from an earlier references run"
+        )
+    return "; every baseline timed in the run (fresh caches)" if run.get("fresh_cache") else ""
+
+
 def summary_md(s: dict[str, Any]) -> str:
     lines = [
         f"**{s['label'] or 'run'}**: {s['candidates']} candidates in {s['wall_s']} s on "
         f"{s['gpus']} GPU(s): **{s['per_gpu_hour']} candidates per GPU-hour** "
         f"({s['reached_device']} reached the device: {s['per_gpu_hour_device_only']} per GPU-hour "
-        "counting only those)"
-        + (
-            f"; eager and torch.compile baselines of {s['run']['baselines_seeded']} tasks taken "
-            "from an earlier references run"
-            if (s.get("run") or {}).get("baselines_seeded")
-            else "; every baseline timed in the run (fresh caches)"
-            if (s.get("run") or {}).get("fresh_cache")
-            else ""
-        ),
+        f"counting only those){_baselines_note(s.get('run') or {})}",
         "",
         "| verdict | count |",
         "| --- | --- |",

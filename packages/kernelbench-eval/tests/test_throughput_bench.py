@@ -580,3 +580,24 @@ def test_runner_concurrent_and_serial_cpu(tmp_path):
     assert info["fed"] == 0 and info["baselines_seeded"] == 1 and info["fresh_cache"]
     s = tp.summarize([], info)
     assert "baselines of 1 tasks taken from an earlier references run" in tp.summary_md(s)
+    # the user's own cache is not seeded: a clear refusal, nothing run
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "throughput.py"),
+            "ours",
+            "--batch",
+            str(batch),
+            "--out",
+            str(tmp_path / "warm"),
+            "--backend",
+            "cpu",
+            "--warm-cache",
+            "--baselines-from",
+            str(seed),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode != 0 and "not with --warm-cache" in p.stderr
