@@ -41,36 +41,37 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def device_name(index: int) -> str | None:
-    """The GPU's name, e.g. ``NVIDIA H200``."""
+def _once(read: Any) -> Any:
+    """``read(nvml)`` in an NVML session of its own, or None without NVML."""
     try:
         with _session() as nv:
-            return _text(nv.nvmlDeviceGetName(nv.nvmlDeviceGetHandleByIndex(index)))
+            return read(nv)
     except Exception:  # noqa: BLE001 - no NVML
         return None
+
+
+def device_name(index: int) -> str | None:
+    """The GPU's name, e.g. ``NVIDIA H200``."""
+    return _once(lambda nv: _text(nv.nvmlDeviceGetName(nv.nvmlDeviceGetHandleByIndex(index))))
 
 
 def device_uuids() -> list[str] | None:
     """Every GPU's UUID (``GPU-…``), in NVML's order."""
-    try:
-        with _session() as nv:
-            return [
-                _text(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i)))
-                for i in range(nv.nvmlDeviceGetCount())
-            ]
-    except Exception:  # noqa: BLE001 - no NVML
-        return None
+    return _once(
+        lambda nv: [
+            _text(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i)))
+            for i in range(nv.nvmlDeviceGetCount())
+        ]
+    )
 
 
 def memory_bytes(index: int, field: str = "total") -> int | None:
     """The GPU's ``total``, ``free`` or ``used`` memory in bytes."""
-    try:
-        with _session() as nv:
-            return int(
-                getattr(nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(index)), field)
-            )
-    except Exception:  # noqa: BLE001 - no NVML
-        return None
+    return _once(
+        lambda nv: int(
+            getattr(nv.nvmlDeviceGetMemoryInfo(nv.nvmlDeviceGetHandleByIndex(index)), field)
+        )
+    )
 
 
 class Sampler:
@@ -91,31 +92,25 @@ class Sampler:
         except Exception:  # noqa: BLE001 - no NVML: every reading is None
             self.handle = None
 
-    def clock_mhz(self, which: str = "SM") -> float | None:
-        """The current ``SM`` or ``MEM`` clock in MHz."""
+    def _ask(self, read: Any) -> Any:
+        """``read(nvml, handle)``, or None without NVML or when the driver refuses."""
         if self.handle is None:
             return None
         try:
-            return float(
-                self.nv.nvmlDeviceGetClockInfo(self.handle, getattr(self.nv, f"NVML_CLOCK_{which}"))
-            )
+            return read(self.nv, self.handle)
         except Exception:  # noqa: BLE001
             return None
+
+    def clock_mhz(self, which: str = "SM") -> float | None:
+        """The current ``SM`` or ``MEM`` clock in MHz."""
+        return self._ask(
+            lambda nv, h: float(nv.nvmlDeviceGetClockInfo(h, getattr(nv, f"NVML_CLOCK_{which}")))
+        )
 
     def memory_bytes(self, field: str = "used") -> int | None:
         """The GPU's ``total``, ``free`` or ``used`` memory in bytes, now."""
-        if self.handle is None:
-            return None
-        try:
-            return int(getattr(self.nv.nvmlDeviceGetMemoryInfo(self.handle), field))
-        except Exception:  # noqa: BLE001
-            return None
+        return self._ask(lambda nv, h: int(getattr(nv.nvmlDeviceGetMemoryInfo(h), field)))
 
     def uuid(self) -> str | None:
         """The physical GPU's UUID: two GPUs of one name differ by percents."""
-        if self.handle is None:
-            return None
-        try:
-            return _text(self.nv.nvmlDeviceGetUUID(self.handle))
-        except Exception:  # noqa: BLE001
-            return None
+        return self._ask(lambda nv, h: _text(nv.nvmlDeviceGetUUID(h)))
