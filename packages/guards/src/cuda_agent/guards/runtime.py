@@ -128,8 +128,8 @@ def clone_inputs(inputs: Sequence[Any]) -> list[Any]:
 def clone_at_new_addresses(inputs: Sequence[Any]) -> list[Any]:
     """Copies of ``inputs`` (same shapes, strides and values) at data pointers that no plain
     allocation can have had: each starts 256 bytes (CUDA; blocks start on multiples of 512) or
-    32 bytes (CPU; 64) into a slightly larger buffer. Fresh tensors from ``clone`` may get the address of one
-    freed a moment ago, and a cache keyed by pointer then hits."""
+    32 bytes (CPU; 64) into a slightly larger buffer. Fresh tensors from ``clone`` may get the
+    address of one freed a moment ago, and a cache keyed by pointer then hits."""
     out = []
     for x in inputs:
         if not isinstance(x, torch.Tensor):

@@ -213,6 +213,8 @@ def _save_output(obj: Any, path: Path) -> None:
         os.replace(path.with_name(FREE_SLOT), tmp)
         fd = os.open(tmp, os.O_RDWR | os.O_NOFOLLOW)
     if fd is None:  # no slot handed back, or not one this process can write: a new file
+        with contextlib.suppress(OSError):
+            tmp.unlink()  # an unusable slot is not left behind (it may hold GBs)
         if tmp.exists() or tmp.is_symlink():
             tmp = path.with_name(f"{path.name}.{os.getpid()}.part")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o666)
