@@ -21,7 +21,8 @@
 #                cudal1_results_<policy>.jsonl (baselines on only when cudal1-refs has rows)
 #   positive     (POSITIVE_REDO="runtime_error infra_error": drop rows of these statuses first, so that
 #                --resume evaluates them again) the positive corpus (packages/kernelbench-eval/corpus/positive) under each policy of
-#                $POSITIVE_POLICIES ("strict kernelbench"), $POSITIVE_RUNS (2) runs each: expected
+#                $POSITIVE_POLICIES ("strict kernelbench"), $POSITIVE_RUNS (2) runs each (only $LEVELS and
+#                $PROBLEMS, as the refs stage): expected
 #                verdicts, false rejections, speed-ups within 3% between the runs
 #                (benchmarks/positive_corpus.py; exit 1 on a false rejection) -> positive/; with
 #                POSITIVE_RUNS=1 under both policies, the 3% check is between the strict and the
@@ -139,7 +140,7 @@ PY
     if [ "$lim" -lt 60 ]; then say "positive $pol: skipped ($(left)s left)"; continue; fi
     say "positive $pol: start (limit ${lim}s; resumable)"
     timeout -k 10 "$lim" python3 packages/kernelbench-eval/benchmarks/positive_corpus.py run \
-      --policy "$pol" --out "$W/positive" --runs "${POSITIVE_RUNS:-2}" \
+      --policy "$pol" --out "$W/positive" --runs "${POSITIVE_RUNS:-2}" "${sel[@]}" \
       --json "$W/positive/check-$pol.json" > "$W/positive_$pol.md" 2>> "$W/positive_$pol.log"
     say "positive $pol: rc=$? (1: a false rejection)"; tail -n 3 "$W/positive_$pol.md" >&2
   done

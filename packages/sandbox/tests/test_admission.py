@@ -123,12 +123,75 @@ def test_a_task_too_large_for_the_host_is_an_infra_error_and_the_candidate_never
     assert "reference" in stages and "verify" not in stages  # no candidate process ran
 
 
-def test_a_task_too_big_for_its_share_of_the_gpu_runs_alone():
-    from cuda_agent.sandbox.admission import too_big_to_share
+def test_a_task_too_big_for_its_even_share_gets_a_larger_one_or_the_gpu_alone():
+    from cuda_agent.sandbox.admission import device_share
 
     h200 = 143771 << 20
-    # KernelBench L1/24 LogSoftmax: 6.4 GB in and out; its candidate held 60 GiB under 0.45
-    assert too_big_to_share(2 * 6_442_450_944, 0.45, h200)
-    assert not too_big_to_share(2 * 6_442_450_944, None, h200)  # one worker: no share
-    assert not too_big_to_share(64 << 20, 0.45, h200)
-    assert not too_big_to_share(2 * 6_442_450_944, 0.45, None)  # no NVML: as before
+    relu = 2 * 6_442_450_944  # KernelBench L1/19 ReLU: 6.4 GB in and out
+    # four workers: a 0.225 share each; six working sets of the ReLU are 0.52 of the GPU
+    s = device_share(relu, 0.225, h200)
+    assert s.large and not s.alone and s.fraction == 0.52, s
+    assert "0.52 share instead of 0.23" in s.why
+    # two workers: the even share (0.45) is still too small, the large share fits
+    assert device_share(relu, 0.45, h200).fraction == 0.52
+    # a sum reduction over 8 GB: 0.35 of the GPU, over four workers' share, under two's
+    red = 8_589_934_592
+    assert device_share(red, 0.225, h200).large
+    assert device_share(red, 0.45, h200) == device_share(64 << 20, 0.45, h200)
+    assert not device_share(red, 0.45, h200).large
+    # more than 0.9 of the GPU for one candidate: alone
+    big = 24 << 30
+    s = device_share(big, 0.225, h200)
+    assert s.alone and s.fraction is None and "too large to share" in s.why
+    # one worker (no share), unknown sizes: as given, shared
+    assert device_share(relu, None, h200).fraction is None
+    assert not device_share(relu, None, h200).alone
+    assert device_share(relu, 0.45, None).fraction == 0.45
+    assert device_share(0, 0.45, h200).fraction == 0.45
+
+
+def test_large_shares_of_one_gpu_never_add_up_to_more_than_it_has():
+    import threading
+
+    from cuda_agent.sandbox.admission import ShareBudget
+
+    budget = ShareBudget(limit=0.9)
+    events: list[str] = []
+    inside = threading.Event()
+    release = threading.Event()
+
+    def first() -> None:
+        with budget.hold("gpu:0", 0.54):
+            events.append("first in")
+            inside.set()
+            release.wait(10)
+            events.append("first out")
+
+    def second(key: str, fraction: float, name: str) -> None:
+        with budget.hold(key, fraction) as waited:
+            events.append(f"{name} in after {waited:.1f}")
+
+    t1 = threading.Thread(target=first)
+    t1.start()
+    assert inside.wait(10)
+    # 0.54 + 0.54 > 0.9 on the same GPU: waits; 0.35 on it and 0.54 on another GPU: at once
+    t2 = threading.Thread(target=second, args=("gpu:0", 0.54, "second"))
+    t3 = threading.Thread(target=second, args=("gpu:0", 0.35, "small"))
+    t4 = threading.Thread(target=second, args=("gpu:1", 0.54, "other gpu"))
+    for t in (t2, t3, t4):
+        t.start()
+    t3.join(10)
+    t4.join(10)
+    assert not t3.is_alive() and not t4.is_alive()
+    assert t2.is_alive(), events  # still waiting for the first
+    assert not any(e.startswith("second") for e in events)
+    release.set()
+    t1.join(10)
+    t2.join(10)
+    assert not t2.is_alive()
+    assert events.index("first out") < next(
+        i for i, e in enumerate(events) if e.startswith("second")
+    ), events
+    # alone on its GPU, a share larger than the limit still runs (nothing to wait for)
+    with budget.hold("gpu:0", 0.95) as waited:
+        assert waited < 1.0

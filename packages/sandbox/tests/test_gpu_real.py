@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cuda_agent.records import Candidate, Solution, Status, Task
-from cuda_agent.sandbox import SandboxConfig, evaluate
+from cuda_agent.sandbox import SandboxConfig, SandboxPool, evaluate
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -96,6 +96,32 @@ def test_multi_gb_relu_is_verified_on_the_device(cache_dir):
     assert r.correctness is not None and len(r.correctness.trials) == 5
     assert all(t.passed for t in r.correctness.trials)
     assert r.speedup_vs_eager is not None and 0.5 < r.speedup_vs_eager < 2.0
+
+
+def test_multi_gb_problems_share_the_gpu_with_small_ones_under_a_large_share(cache_dir):
+    # four workers: a 0.225 share each, too small for the 6.4 GB ReLU (six working sets: 0.52 of
+    # the H200); it runs under a large share next to three small ones instead of alone
+    big = _cand(
+        "sandbox_gpu_relu_6gb_shared", _ref(4096, 393216, "torch.relu(x)"), "v > 0.f ? v : 0.f"
+    )
+    small = [
+        _cand(
+            f"sandbox_gpu_relu_small_{i}",
+            _ref(64, 4096 * (i + 1), "torch.relu(x)"),
+            "v > 0.f ? v : 0.f",
+        )
+        for i in range(3)
+    ]
+    cfg = SandboxConfig(backend="cuda", cache_dir=str(cache_dir), guard_policy="strict")
+    with SandboxPool(cfg, workers_per_device=4) as pool:
+        results = list(pool.map([big, *small]))
+    for r in results:
+        assert r.status == Status.OK, r.message
+        assert "ran_alone" not in r.meta and "rerun_alone" not in r.meta, r.meta
+    assert results[0].meta.get("large_share", "").startswith("working set"), results[0].meta
+    assert results[0].meta.get("mem_fraction", 0) > 0.5
+    assert all("large_share" not in r.meta for r in results[1:])
+    assert any(r.meta.get("overlapped") for r in results)  # they did share the GPU
 
 
 def test_default_stream_kernel_on_a_short_program_is_timed_not_rejected(cache_dir):

@@ -16,6 +16,7 @@ from ``MemAvailable`` in ``/proc/meminfo``, disk from ``shutil.disk_usage`` of t
 from __future__ import annotations
 
 import contextlib
+import math
 import shutil
 import threading
 import time
@@ -177,14 +178,80 @@ def verification_need(input_bytes: int, output_bytes: int, param_bytes: int, bac
 #: 6.4 GB out) on the H200, over a 0.45 share (62.9 GiB) with two workers per GPU.
 CANDIDATE_WORKING_SET_FACTOR = 6
 
+#: Of a GPU's memory, what the caps of the processes sharing it may add up to (the rest: CUDA
+#: contexts, the L2 flush buffer, other programs); split evenly between the workers of a GPU.
+GPU_MEMORY_SHARE = 0.9
 
-def too_big_to_share(
+
+@dataclass(frozen=True)
+class Share:
+    """How one evaluation's device half uses its GPU's memory. ``fraction``: the cap of each of
+    its processes' allocators (None: no cap); ``alone``: it takes the device to itself (no other
+    occupant, no cap); ``large``: a cap above the even share, held in :data:`LARGE_SHARES`
+    while it runs; ``why``: the reason for either, for the result's meta."""
+
+    fraction: float | None
+    alone: bool = False
+    large: bool = False
+    why: str = ""
+
+
+def device_share(
     working_set_bytes: int, mem_fraction: float | None, gpu_total_bytes: int | None
-) -> bool:
-    """Whether a task's candidate process would not fit under its share of the GPU
-    (``mem_fraction`` of ``gpu_total_bytes``): then the evaluation runs alone from the start,
-    instead of failing shared and being re-run alone (which cost 135 s on that LogSoftmax).
-    Unknown sizes: False (shared, as before)."""
+) -> Share:
+    """The share of a task whose working set (inputs, outputs, weights) is ``working_set_bytes``
+    on a GPU of ``gpu_total_bytes`` split into even shares of ``mem_fraction``. A candidate's
+    process may hold :data:`CANDIDATE_WORKING_SET_FACTOR` times the working set: within the even
+    share, the even share; within :data:`GPU_MEMORY_SHARE` of the GPU, a large share of that
+    size, next to other workers' candidates (the others keep theirs: the caps are ceilings, and
+    what each verification really needs is reserved in :data:`LEDGER`); beyond that, alone (it
+    would fail under any share and be re-run alone, which cost 135 s on that LogSoftmax).
+    Unknown sizes, or no share to exceed (one worker): ``mem_fraction``, shared, as before (a
+    memory failure is re-run alone)."""
     if mem_fraction is None or working_set_bytes <= 0 or not gpu_total_bytes:
-        return False
-    return CANDIDATE_WORKING_SET_FACTOR * working_set_bytes > mem_fraction * gpu_total_bytes
+        return Share(mem_fraction)
+    want = CANDIDATE_WORKING_SET_FACTOR * working_set_bytes / gpu_total_bytes
+    if want <= mem_fraction:
+        return Share(mem_fraction)
+    gib = working_set_bytes / GIB
+    if want <= GPU_MEMORY_SHARE:
+        fraction = math.ceil(want * 100) / 100  # whole percent: readable in the meta
+        return Share(
+            min(fraction, GPU_MEMORY_SHARE),
+            large=True,
+            why=f"working set {gib:.1f} GiB: a {fraction:.2f} share instead of {mem_fraction:.2f}",
+        )
+    return Share(None, alone=True, why=f"working set {gib:.1f} GiB too large to share")
+
+
+class ShareBudget:
+    """The large shares in flight per GPU (key ``gpu:0``): a large share starts when it and the
+    others held on its GPU add up to at most :data:`GPU_MEMORY_SHARE` (or when it is the only
+    one), so two candidates that could each fill most of the GPU never share it, while a large
+    one and the even-share ones do. Holders end (every device half has its time limits), so the
+    wait is unbounded."""
+
+    def __init__(self, limit: float = GPU_MEMORY_SHARE) -> None:
+        self._cond = threading.Condition()
+        self._held: dict[str, float] = {}
+        self.limit = limit
+
+    @contextlib.contextmanager
+    def hold(self, key: str, fraction: float) -> Iterator[float]:
+        """Hold ``fraction`` of GPU ``key`` for the block; yields the seconds waited."""
+        t0 = time.monotonic()
+        with self._cond:
+            while self._held.get(key, 0.0) > 0.0 and self._held[key] + fraction > self.limit + 1e-9:
+                self._cond.wait()
+            self._held[key] = self._held.get(key, 0.0) + fraction
+        try:
+            yield time.monotonic() - t0
+        finally:
+            with self._cond:
+                self._held[key] -= fraction
+                if self._held[key] <= 1e-9:
+                    del self._held[key]
+                self._cond.notify_all()
+
+
+LARGE_SHARES = ShareBudget()

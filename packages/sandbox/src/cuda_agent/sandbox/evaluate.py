@@ -652,30 +652,34 @@ def _device_halves(
             return p.result
         p.meta["queued_s"] = round(time.monotonic() - p.t0 - sum(p.stages.values()), 3)
         g = gate or device_gate(_domain(p.backend, gpu))
-        if mem_fraction is not None and _too_big_to_share(p, mem_fraction, gpu):
-            # it would fail under its share and be re-run alone: run it alone at once
+        share = _device_share(p, mem_fraction, gpu)
+        if share.alone:
+            # it would fail under any share and be re-run alone: run it alone at once
             occ = Occupant()
             t = time.monotonic()
             with g.exclusive(occ, "alone", alone=True):
                 p.stages["alone_wait"] = time.monotonic() - t
                 r = _device_half(p, gpu, slot, _Turn(g, occ, held=True), None)
-            r.meta["ran_alone"] = f"working set too large to share {g.name}"
+            r.meta["ran_alone"] = f"{share.why} {g.name}"
             return r
         snapshot = (list(p.guards), dict(p.stages), dict(p.meta))
         occ = Occupant()
         t_first = time.monotonic()
-        r = _device_half(p, gpu, slot, _Turn(g, occ), mem_fraction)
+        with _large_share(p, share, gpu):
+            r = _device_half(p, gpu, slot, _Turn(g, occ), share.fraction)
         t_first = time.monotonic() - t_first
+        if share.large:
+            r.meta["large_share"] = share.why
         if (
             r.status in RERUN_STATUSES
             and p.config.rerun_alone
-            and (occ.overlapped or mem_fraction is not None)
+            and (occ.overlapped or share.fraction is not None)
             and _memory_failure(r)
         ):
             why = (
                 f"{r.status.value} while another candidate was on {g.name}"
                 if occ.overlapped
-                else f"{r.status.value} under a memory cap of {mem_fraction:.2f} of the GPU"
+                else f"{r.status.value} under a memory cap of {share.fraction:.2f} of the GPU"
             )
             first = {
                 "why": why,
@@ -840,17 +844,30 @@ def _task_work(c: Candidate) -> Any:
     return _TASK_WORK[tid]
 
 
-def _too_big_to_share(p: Prepared, mem_fraction: float, gpu: str | None) -> bool:
-    """The task's working set (inputs, outputs, weights) against its share of the GPU
-    (``admission``); unknown: shared, as before (a memory failure is re-run alone)."""
-    if p.backend != "cuda":
-        return False
+def _device_share(p: Prepared, mem_fraction: float | None, gpu: str | None) -> admission.Share:
+    """How the task's working set (inputs, outputs, weights) uses its GPU next to the other
+    workers' candidates (``admission.device_share``); unknown: the even share, as before (a
+    memory failure is re-run alone)."""
+    if p.backend != "cuda" or mem_fraction is None:
+        return admission.Share(mem_fraction)
     w = _task_work(p.candidate)
     if w is None:
-        return False
+        return admission.Share(mem_fraction)
     total = admission.gpu_total(_gpu_index(p.backend, gpu))
     ws = w.input_bytes + w.output_bytes + w.param_bytes
-    return admission.too_big_to_share(ws, mem_fraction, total)
+    return admission.device_share(ws, mem_fraction, total)
+
+
+@contextlib.contextmanager
+def _large_share(p: Prepared, share: admission.Share, gpu: str | None) -> Any:
+    """Hold a large share in ``admission.LARGE_SHARES`` for the block (the wait is the stage
+    ``share_wait``); nothing to hold for an even share."""
+    if not share.large or share.fraction is None:
+        yield
+        return
+    with admission.LARGE_SHARES.hold(f"gpu:{_gpu_index(p.backend, gpu)}", share.fraction) as w:
+        p.stages["share_wait"] = w
+        yield
 
 
 def _domain(backend: str, gpu: str | None) -> str:

@@ -17,8 +17,9 @@ one device overlap their reference and verification processes and take the devic
 anything timed (``gate.DeviceGate``; on the cpu backend all workers share one timing domain, the
 host; the gate is host-wide: other processes timing on the device, e.g. other ranks, are held
 off too). With several workers per GPU each process's CUDA allocator is capped to
-``GPU_MEMORY_SHARE / workers_per_device`` of the GPU, and a memory failure met while sharing is
-re-run alone (``evaluate`` module docstring). Every process that runs candidate code is fresh
+``GPU_MEMORY_SHARE / workers_per_device`` of the GPU (a task too large for that share gets a
+larger one, or the device alone: ``admission.device_share``), and a memory failure met while
+sharing is re-run alone (``evaluate`` module docstring). Every process that runs candidate code is fresh
 and confined (see ``isolation``); each worker has its own slot (uid).
 """
 
@@ -35,12 +36,11 @@ from typing import Any
 from cuda_agent.profiler.cpus import install as install_timing_cpus
 from cuda_agent.records import Candidate, EvalResult
 
+from .admission import GPU_MEMORY_SHARE
 from .config import SandboxConfig, resolve_backend
 from .evaluate import Prepared, prepare, prewarm_servers, run_on_device
 from .gate import device_gate, domain_of
 from .windowed import map_as_done, map_in_order
-
-GPU_MEMORY_SHARE = 0.9  # of a GPU's memory, split between the workers sharing it
 
 
 def visible_gpus() -> list[str]:
