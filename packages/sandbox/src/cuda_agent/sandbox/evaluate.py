@@ -20,7 +20,8 @@ start-up (import, build, input pool) hold it shared and may overlap other candid
 timed section (``time`` op after its ``ready``/``go`` handshake), the baseline and the
 speed-of-light ceilings measurements hold it exclusive, so nothing else runs on the device while
 anything is timed. With several workers on a GPU each process's caching allocator is capped to a
-share of the memory (``mem_fraction``).
+share of the memory (``mem_fraction``); a task too large for that share gets a larger one, or
+the device alone (``admission.device_share``).
 
 Verdict safety: a neighbour can make an honest candidate fail (its out-of-memory or a GPU fault
 that takes the device's memory, the host's OOM killer on the cpu backend), and a capped
