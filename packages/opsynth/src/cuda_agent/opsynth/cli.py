@@ -327,7 +327,7 @@ def filter_cmd(
         ):
             if value is not None:
                 child += [flag, str(value)]
-        code = run_workers(workers, child, output, rejected, resume, backend)
+        code = run_workers(workers, child, output, rejected, resume)
         if code:
             raise typer.Exit(code)
         return
