@@ -8,8 +8,10 @@ import pytest
 
 
 @pytest.fixture(scope="session", autouse=True)
-def own_gate_dir(tmp_path_factory) -> None:
+def own_gate_dir(tmp_path_factory, reach_for_other_users) -> None:
     """``$CUDA_AGENT_GATE_DIR`` for every probe of this run (a test may name another): a timer
     of someone else's on this host (their sandbox runs and tests share the default directory)
-    never holds up a filter test's timing."""
-    os.environ["CUDA_AGENT_GATE_DIR"] = str(tmp_path_factory.mktemp("gates"))
+    never holds up a filter test's timing. Reachable by the uid probes run as."""
+    d = tmp_path_factory.mktemp("gates")
+    reach_for_other_users(d)
+    os.environ["CUDA_AGENT_GATE_DIR"] = str(d)

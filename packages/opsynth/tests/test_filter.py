@@ -300,9 +300,12 @@ def sandbox_timing(domain: str, tmp_path: Path) -> Iterator[None]:
         assert p.wait(30) == 0
 
 
-def test_timing_waits_for_a_sandbox_timer_on_the_device(tmp_path, monkeypatch):
+def test_timing_waits_for_a_sandbox_timer_on_the_device(
+    tmp_path, monkeypatch, reach_for_other_users
+):
     """While a sandbox timer holds the device's gate (another process), a task cannot time (and
     times out); once it is done, it can."""
+    reach_for_other_users(tmp_path)  # the gate's files, for the uid the probe runs as
     monkeypatch.setenv("CUDA_AGENT_GATE_DIR", str(tmp_path / "gates"))
     f = TaskFilter(FilterConfig(backend="cpu", window_ms=(0.0, 1e9), compile=False, timeout_s=8))
     try:
@@ -316,9 +319,10 @@ def test_timing_waits_for_a_sandbox_timer_on_the_device(tmp_path, monkeypatch):
         f.close()
 
 
-def test_timing_wait_is_its_own_phase(tmp_path, monkeypatch):
+def test_timing_wait_is_its_own_phase(tmp_path, monkeypatch, reach_for_other_users):
     """Seconds spent waiting for another timer's hold of the device are reported as
     ``time_wait``, apart from the timing itself."""
+    reach_for_other_users(tmp_path)  # the gate's files, for the uid the probe runs as
     monkeypatch.setenv("CUDA_AGENT_GATE_DIR", str(tmp_path / "gates"))
     f = TaskFilter(
         FilterConfig(
@@ -374,6 +378,28 @@ def test_cuda_timing_holds_the_gate_of_the_gpu_the_sandbox_times_on(tmp_path, mo
         released = time.time()
     out, _ = probe.communicate(timeout=60)
     assert probe.returncode == 0 and float(out) >= released
+
+
+def test_task_runs_confined_by_the_sandbox(tmp_path):
+    """A task's program runs under the sandbox's confinement: it cannot write outside its
+    worker's directory (a read-only file system, where the host allows one) nor reach the
+    network (its own namespace, where the host allows one)."""
+    outside = tmp_path / "escaped"
+    writes = task(f"open({str(outside)!r}, 'w').write('x')\nreturn x * 2.0", "writes_outside")
+    connects = task(
+        "__import__('socket').create_connection(('127.0.0.1', 9), timeout=2)\nreturn x * 2.0",
+        "connects",
+    )
+    f = TaskFilter(FilterConfig(backend="cpu", window_ms=(0.0, 1e9), compile=False, timeout_s=60))
+    try:
+        v_write, v_net = f.check(writes), f.check(connects)
+        iso = f.iso.isolation
+    finally:
+        f.close()
+    assert iso.get("filesystem") and iso.get("network", "").startswith("namespace"), iso
+    assert v_write.reason == "eager_error" and "OSError" in v_write.detail, v_write.detail
+    assert not outside.exists()
+    assert v_net.reason == "eager_error" and "OSError" in v_net.detail, v_net.detail
 
 
 def test_out_of_memory_retried_with_a_smaller_batch():
