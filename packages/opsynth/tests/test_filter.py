@@ -402,6 +402,25 @@ def test_task_runs_confined_by_the_sandbox(tmp_path):
     assert v_net.reason == "eager_error" and "OSError" in v_net.detail, v_net.detail
 
 
+def test_spawn_mode_deadline_starts_after_the_imports():
+    """``--isolation spawn``: a new interpreter per task, confined the same way; its start-up
+    (import torch: seconds) is not the task's time, so a task well inside its timeout passes and
+    one that hangs still times out."""
+    f = TaskFilter(
+        FilterConfig(
+            backend="cpu", window_ms=(0.0, 1e9), compile=False, timeout_s=3, isolation="spawn"
+        )
+    )
+    try:
+        ok, hangs = f.check(GOOD), f.check(BAD["timeout"])
+    finally:
+        f.close()
+    assert ok.passed, ok.detail
+    assert ok.task.meta["filter"]["phases_s"]["process"] > 0  # the start-up, outside the checks
+    assert hangs.reason == "timeout", (hangs.reason, hangs.detail)
+    assert f.iso.isolation.get("filesystem"), f.iso.isolation
+
+
 def test_out_of_memory_retried_with_a_smaller_batch():
     """A task over the worker's memory cap is shrunk (8x per try) until it fits, and says so;
     with rescaling off it is dropped as out_of_memory."""

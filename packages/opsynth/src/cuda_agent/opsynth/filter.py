@@ -250,6 +250,8 @@ class TaskFilter:
         if self.rescaled:
             parts.append(f"{self.rescaled} after rescaling")
         parts += [f"{r} {n}" for r, n in self.reasons.most_common()]
+        if self.iso.server_error:
+            parts.append(f"tasks started cold, no fork server: {self.iso.server_error[:300]}")
         if self.iso.isolation:
             parts.append(
                 "confined: " + "; ".join(f"{k} {v}" for k, v in self.iso.isolation.items())

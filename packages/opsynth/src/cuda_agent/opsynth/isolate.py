@@ -168,10 +168,10 @@ class Isolator:
         self._uid: int | None = None
         self._n = itertools.count()
         self._gates: set[str] = set()
-        self.warm: bool | None = (
-            None  # whether the fork server pre-imported torch.compile's modules
-        )
+        # whether the fork server pre-imported torch.compile's modules
+        self.warm: bool | None = None
         self.isolation: dict[str, str] = {}  # what confined the last task (Outcome.isolation)
+        self.server_error = ""  # why no fork server started (fork mode then starts tasks cold)
 
     def _workdir(self) -> Path:
         """The worker's own directory (home, temp dir, compile caches, requests), writable by
@@ -196,8 +196,11 @@ class Isolator:
 
     def _launcher(self) -> Any:
         """A warm launcher forked from the fork server (started, or restarted once, as
-        needed), or None: the task starts cold."""
+        needed), or None: the task starts cold (and every later one, once a server could not
+        start: ``server_error`` says why)."""
         for _ in range(2):
+            if self.server_error:
+                return None
             if self._server is None or not self._server.alive():
                 self._start_server()
             if self._server is None:
@@ -218,6 +221,7 @@ class Isolator:
                 self._server = srv
                 self.warm = warm_compile if self.warm_compile else None
                 return
+        self.server_error = srv.error
 
     def _prepare_gate(self, device: str) -> None:
         """Create the lock files of ``device``'s gate, which the child holds while it times but
