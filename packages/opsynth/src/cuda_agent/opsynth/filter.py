@@ -2,9 +2,10 @@
 sane outputs, matches under ``torch.compile`` and its eager time lies in the backend's window.
 
 Each task runs in a fresh process confined by the sandbox
-(:class:`~cuda_agent.opsynth.isolate.Isolator`) with a timeout and a memory cap. A task outside the time window is rescaled once or twice by changing
-its module-level ``batch_size`` (what changed is recorded in ``meta.filter.rescaled``); a task
-that runs out of its memory share is retried with an 8x smaller batch the same way.
+(:class:`~cuda_agent.opsynth.isolate.Isolator`) with a timeout and a memory cap. A task outside
+the time window is rescaled once or twice by changing its module-level ``batch_size`` (what
+changed is recorded in ``meta.filter.rescaled``); a task that runs out of its memory share is
+retried with an 8x smaller batch the same way.
 
 Default windows (``eager forward time``, ms):
 
