@@ -8,7 +8,7 @@
 #   BACKEND [cuda if a GPU is visible, else cpu]        SIZE [gpu for cuda, cpu for cpu]
 #   GPUS [all visible]  GPUs to use (filter workers and baseline shards; CUDA_VISIBLE_DEVICES=i)
 #   WORKERS_PER_GPU [cuda: min(12, (cores - 2) / GPUS); cpu: 1]  filter processes per GPU, all
-#                   taking tasks from one queue; eager timing is serialised per GPU by a lock
+#                   taking tasks from one queue; eager timing is serialised per GPU by its gate
 #   MEM_GB [cuda: 90% of a GPU's memory / WORKERS_PER_GPU; cpu: 16]  memory cap per task
 #   KB []           KernelBench checkout to decontaminate against (level*/*.py)
 #   COMPILE [1]     also check torch.compile in the filter (0: skip, much faster on a CPU)
@@ -59,7 +59,6 @@ pids=()
 for i in $(seq 0 $((GPUS - 1))); do
   for j in $(seq 0 $((WPG - 1))); do
     CUDA_VISIBLE_DEVICES=$(dev "$i") \
-    OPSYNTH_TIMING_LOCK=$([ "$BACKEND" = cuda ] && echo "$OUT_ABS/timing.$i.lock" || echo "") \
       opsynth filter "$OUT/composed.jsonl" --backend "$BACKEND" $COMPILE_FLAG --claim "$OUT/claims.filter" \
         --mem-gb "$MEM_GB" -o "$OUT/filtered.$i.$j.jsonl" --rejected "$OUT/rejected.$i.$j.jsonl" --resume \
         2> "$OUT/filter.$i.$j.log" &

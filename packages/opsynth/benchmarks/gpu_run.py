@@ -7,12 +7,12 @@ Environment (defaults in brackets): BUDGET_S [240] wall seconds for everything (
 workers still running are stopped and their finished records kept), BACKEND [cuda], SIZE
 [gpu on cuda, tiny on cpu], N [500] composed tasks, SEED [0], GPUS [CUDA_VISIBLE_DEVICES, else
 every GPU nvidia-smi lists] comma-separated GPUs the filter workers are spread over (round robin,
-one timing lock per GPU), WORKERS [min(12 x GPUs, cores - 2)] filter workers, OURS_SHARE [0.6] share of the filter time for our tasks before the Ops-6K part
+timing serialised per GPU by its gate), WORKERS [min(12 x GPUs, cores - 2)] filter workers, OURS_SHARE [0.6] share of the filter time for our tasks before the Ops-6K part
 starts (unused time passes on), OPS6K [.gpu-data/ops6k_300.jsonl] Task JSONL of the Ops-6K
 sample (skipped with a message when absent), COMPILE [1], COMPILE_BACKEND [inductor],
 TIME_BUDGET [0.3] seconds of eager timing per probe, TASK_TIMEOUT [60] seconds per probe,
 MEM_GB [9] per-task memory cap (GPU memory on cuda), TIMING_LOCK [1] serialise eager timing
-across workers (one GPU: concurrent timing would inflate every time), PARTS [ours,ops6k] the
+across workers (one GPU: concurrent timing would inflate every time; 0: CUDA_AGENT_GATE_DIR=off), PARTS [ours,ops6k] the
 sets to run (``ops6k`` alone: only the Ops-6K sample, with the whole budget), RESUME [0] 1:
 continue an earlier call's run in OUTDIR (its composed tasks, its workers' kept/rejected files
 and their task queue OUTDIR/claims.<set>: done tasks are skipped, tasks cut off by the deadline are
@@ -359,8 +359,8 @@ def filter_set(
         gpu = GPUS[i % len(GPUS)]
         if BACKEND == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = gpu
-        if TIMING_LOCK:  # one lock per GPU: timings on different GPUs do not disturb each other
-            env["OPSYNTH_TIMING_LOCK"] = str((out / f"timing.{gpu}.lock").resolve())
+        if not TIMING_LOCK:  # the GPU's gate held by this worker's probes only
+            env["CUDA_AGENT_GATE_DIR"] = "off"
         envs.append(env)
     args = [
         "--backend",

@@ -258,7 +258,7 @@ def main() -> int:
             f"- filter: `opsynth filter {' '.join(ours.get('filter_args', []))}`, window "
             f"{ours['window_ms']} ms eager time, one process per task, {ours['workers']} workers "
             f"spread round robin over {ours.get('gpus', 1)} GPU(s); eager timing serialised "
-            "across the workers of a GPU by a file lock per GPU (`OPSYNTH_TIMING_LOCK`) so no "
+            "across the workers of a GPU by the GPU's gate (`cuda_agent.sandbox.gate`) so no "
             "two tasks are timed at once on one GPU.",
             *resumed_lines(env or e, sets_of(ours, o6)),  # env.json lists every call
             f"- composed: {ours['compose']['composed']} tasks (`--size {ours['compose']['size']}`) "

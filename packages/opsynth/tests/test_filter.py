@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from subprocess import PIPE
 
 import pytest
 
@@ -263,16 +269,47 @@ def test_compile_deferred_outside_window_and_probe_seconds_recorded():
         f.close()
 
 
-def test_timing_lock_serialises_timing(tmp_path, monkeypatch):
-    """With $OPSYNTH_TIMING_LOCK held elsewhere, a task cannot time (and times out); freed, it can."""
-    import fcntl
+# A sandbox timer in a process of its own: holds the device's gate exclusive, as the sandbox's
+# timing does (``cuda_agent.sandbox.gate``), until its stdin is closed.
+SANDBOX_TIMER = r"""
+import sys
+from pathlib import Path
+from cuda_agent.sandbox.gate import device_gate
 
-    lock = tmp_path / "timing.lock"
-    monkeypatch.setenv("OPSYNTH_TIMING_LOCK", str(lock))
+with device_gate(sys.argv[1]).exclusive():
+    Path(sys.argv[2]).touch()
+    sys.stdin.read()
+"""
+
+
+@contextlib.contextmanager
+def sandbox_timing(domain: str, tmp_path: Path) -> Iterator[None]:
+    """A sandbox timer of ``domain`` (another process, the test's environment) times for the
+    block."""
+    held = tmp_path / f"held-{domain.replace(':', '-')}"
+    p = subprocess.Popen([sys.executable, "-c", SANDBOX_TIMER, domain, str(held)], stdin=PIPE)
+    try:
+        end = time.monotonic() + 60
+        while not held.exists():
+            assert p.poll() is None and time.monotonic() < end, "the sandbox timer never held"
+            time.sleep(0.01)
+        yield
+    finally:
+        assert p.stdin is not None
+        p.stdin.close()
+        assert p.wait(30) == 0
+
+
+def test_timing_waits_for_a_sandbox_timer_on_the_device(
+    tmp_path, monkeypatch, reach_for_other_users
+):
+    """While a sandbox timer holds the device's gate (another process), a task cannot time (and
+    times out); once it is done, it can."""
+    reach_for_other_users(tmp_path)  # the gate's files, for the uid the probe runs as
+    monkeypatch.setenv("CUDA_AGENT_GATE_DIR", str(tmp_path / "gates"))
     f = TaskFilter(FilterConfig(backend="cpu", window_ms=(0.0, 1e9), compile=False, timeout_s=8))
     try:
-        with open(lock, "a") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
+        with sandbox_timing("host", tmp_path):
             v = f.check(GOOD)
             assert v.reason == "timeout", (v.reason, v.detail)
         v = f.check(GOOD)
@@ -282,15 +319,11 @@ def test_timing_lock_serialises_timing(tmp_path, monkeypatch):
         f.close()
 
 
-def test_timing_lock_wait_is_its_own_phase(tmp_path, monkeypatch):
-    """Seconds spent waiting for another worker's timing are reported as ``time_wait``, apart
-    from the timing itself."""
-    import fcntl
-    import threading
-    import time
-
-    lock = tmp_path / "timing.lock"
-    monkeypatch.setenv("OPSYNTH_TIMING_LOCK", str(lock))
+def test_timing_wait_is_its_own_phase(tmp_path, monkeypatch, reach_for_other_users):
+    """Seconds spent waiting for another timer's hold of the device are reported as
+    ``time_wait``, apart from the timing itself."""
+    reach_for_other_users(tmp_path)  # the gate's files, for the uid the probe runs as
+    monkeypatch.setenv("CUDA_AGENT_GATE_DIR", str(tmp_path / "gates"))
     f = TaskFilter(
         FilterConfig(
             backend="cpu", window_ms=(0.0, 1e9), compile=False, timeout_s=60, time_budget_s=0.2
@@ -299,10 +332,9 @@ def test_timing_lock_wait_is_its_own_phase(tmp_path, monkeypatch):
     got = {}
     try:
         # the first check starts the zygote (import torch: many seconds on a loaded 2-core CI
-        # machine, which once outlasted the lock below); the second forks from it at once
+        # machine, which once outlasted the hold below); the second forks from it at once
         assert f.check(GOOD).passed
-        with open(lock, "a") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)  # "another worker" times for 6 s
+        with sandbox_timing("host", tmp_path):  # "another timer" times for 6 s
             t = threading.Thread(target=lambda: got.setdefault("v", f.check(GOOD)))
             t.start()
             time.sleep(6)
@@ -313,6 +345,80 @@ def test_timing_lock_wait_is_its_own_phase(tmp_path, monkeypatch):
         assert ph["time_wait"] > 1.0 and ph["time"] < ph["time_wait"], ph  # not counted twice
     finally:
         f.close()
+
+
+# opsynth's side: the timing hold of a probe on the given device, in a process of its own
+PROBE_TIMER = r"""
+import sys, time
+from cuda_agent.opsynth.probe import timing_hold
+
+print("ready", flush=True)
+with timing_hold(sys.argv[1]):
+    print(time.time(), flush=True)
+"""
+
+
+def test_cuda_timing_holds_the_gate_of_the_gpu_the_sandbox_times_on(tmp_path, monkeypatch):
+    """A probe on ``cuda`` (the first GPU of $CUDA_VISIBLE_DEVICES) holds the gate a sandbox
+    timer of that GPU holds: it waits while the sandbox times there (no GPU needed: the gate
+    is a lock)."""
+    from cuda_agent.opsynth.probe import timing_domain
+
+    monkeypatch.setenv("CUDA_AGENT_GATE_DIR", str(tmp_path / "gates"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    assert (timing_domain("cuda"), timing_domain("cuda:1")) == ("cuda:3", "cuda:1")
+    assert timing_domain("cpu") == "host"
+    with sandbox_timing("cuda:3", tmp_path):
+        probe = subprocess.Popen(
+            [sys.executable, "-c", PROBE_TIMER, "cuda"], stdout=PIPE, text=True
+        )
+        assert probe.stdout is not None and probe.stdout.readline() == "ready\n"
+        time.sleep(2)  # far longer than taking a free gate takes
+        assert probe.poll() is None, "the probe timed while the sandbox held the GPU's gate"
+        released = time.time()
+    out, _ = probe.communicate(timeout=60)
+    assert probe.returncode == 0 and float(out) >= released
+
+
+def test_task_runs_confined_by_the_sandbox(tmp_path):
+    """A task's program runs under the sandbox's confinement: it cannot write outside its
+    worker's directory (a read-only file system, where the host allows one) nor reach the
+    network (its own namespace, where the host allows one)."""
+    outside = tmp_path / "escaped"
+    writes = task(f"open({str(outside)!r}, 'w').write('x')\nreturn x * 2.0", "writes_outside")
+    connects = task(
+        "__import__('socket').create_connection(('127.0.0.1', 9), timeout=2)\nreturn x * 2.0",
+        "connects",
+    )
+    f = TaskFilter(FilterConfig(backend="cpu", window_ms=(0.0, 1e9), compile=False, timeout_s=60))
+    try:
+        v_write, v_net = f.check(writes), f.check(connects)
+        iso = f.iso.isolation
+    finally:
+        f.close()
+    assert iso.get("filesystem") and iso.get("network", "").startswith("namespace"), iso
+    assert v_write.reason == "eager_error" and "OSError" in v_write.detail, v_write.detail
+    assert not outside.exists()
+    assert v_net.reason == "eager_error" and "OSError" in v_net.detail, v_net.detail
+
+
+def test_spawn_mode_deadline_starts_after_the_imports():
+    """``--isolation spawn``: a new interpreter per task, confined the same way; its start-up
+    (import torch: seconds) is not the task's time, so a task well inside its timeout passes and
+    one that hangs still times out."""
+    f = TaskFilter(
+        FilterConfig(
+            backend="cpu", window_ms=(0.0, 1e9), compile=False, timeout_s=3, isolation="spawn"
+        )
+    )
+    try:
+        ok, hangs = f.check(GOOD), f.check(BAD["timeout"])
+    finally:
+        f.close()
+    assert ok.passed, ok.detail
+    assert ok.task.meta["filter"]["phases_s"]["process"] > 0  # the start-up, outside the checks
+    assert hangs.reason == "timeout", (hangs.reason, hangs.detail)
+    assert f.iso.isolation.get("filesystem"), f.iso.isolation
 
 
 def test_out_of_memory_retried_with_a_smaller_batch():

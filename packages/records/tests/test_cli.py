@@ -169,3 +169,51 @@ def test_shard_partition():
 
     with pytest.raises(typer.BadParameter):
         parse_shard("4/4")
+
+
+BUNDLED = textwrap.dedent(
+    """
+    from __future__ import annotations
+
+    import json
+    from dataclasses import asdict, dataclass
+
+    import typer
+
+    from cuda_agent.records.cli_helpers import OutputOpt, ResumeOpt, bundle_options
+
+    @dataclass
+    class Flags:
+        output: str | None = None
+        resume: bool = False
+
+    app = typer.Typer()
+
+    @app.command()
+    @bundle_options("flags", Flags)
+    def cmd(
+        name: str = typer.Option("x", help="Its own option."),
+        output: OutputOpt = None,
+        resume: ResumeOpt = False,
+        *,
+        flags: Flags,
+    ) -> None:
+        print(json.dumps({"name": name, "resume": resume, "flags": asdict(flags)}, default=str))
+
+    app()
+    """
+)
+
+
+def test_bundled_options_are_the_commands_own_and_come_whole():
+    """``bundle_options``: the command's options stay as it declares them (the bundle is no
+    option), and it gets them one by one and bundled."""
+    p = run([sys.executable, "-c", BUNDLED, "--help"], env={**os.environ, "COLUMNS": "200"})
+    assert p.returncode == 0, p.stderr
+    helptext = p.stdout.decode()
+    assert "--flags" not in helptext
+    assert helptext.index("--name") < helptext.index("--output") < helptext.index("--resume")
+    p = run([sys.executable, "-c", BUNDLED, "--name", "y", "-o", "f.jsonl", "--resume"])
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert got == {"name": "y", "resume": True, "flags": {"output": "f.jsonl", "resume": True}}

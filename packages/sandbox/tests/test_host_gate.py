@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from cuda_agent.sandbox.gate import DeviceGate, HostLock, device_gate, host_lock, lock_key
+from cuda_agent.sandbox.isolation import Limits, run_confined
 
 # One process: each actor is a thread taking ``device_gate("host")`` (the process's gate, with
 # its host-wide lock in $CUDA_AGENT_GATE_DIR) as its plan says, recording wall-clock times.
@@ -243,3 +244,23 @@ def test_lock_files_and_the_off_switch(tmp_path, monkeypatch):
     assert host_lock("host") is None
     # the process's gates (made once per domain) hold a host lock unless it was off then
     assert device_gate("host").host_lock is None or device_gate("host").host_lock.key == "host"
+
+
+def test_create_makes_the_files_a_read_only_process_can_lock(tmp_path):
+    """``create`` makes the directory and both files and holds nothing; a confined process (its
+    file system read-only: it could not create them) then takes the lock."""
+    gates = tmp_path / "gates"
+    HostLock(gates, "host").create()
+    assert sorted(p.name for p in gates.iterdir()) == ["host.lock", "host.turnstile"]
+    code = (
+        "import sys\nfrom cuda_agent.sandbox.gate import HostLock\n"
+        "with HostLock(sys.argv[1], 'host').held(exclusive=True): print('held')"
+    )
+    out = run_confined(
+        [sys.executable, "-c", code, str(gates)],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        limits=Limits(timeout_s=60, drop_user=False),
+    )
+    assert out.returncode == 0 and out.stdout == "held\n", out.stderr
+    assert out.isolation.get("filesystem"), out.isolation  # it ran read-only

@@ -16,8 +16,8 @@ from cuda_agent.records.cli_helpers import (
     OutputOpt,
     ResumeOpt,
     ShardOpt,
-    parse_shard,
-    run_stream,
+    StreamFlags,
+    bundle_options,
 )
 
 app = typer.Typer(
@@ -39,6 +39,7 @@ PolicyOpt = Annotated[
 
 
 @app.command()
+@bundle_options("stream", StreamFlags)
 def check(
     input: InputArg = None,
     output: OutputOpt = None,
@@ -49,6 +50,8 @@ def check(
     backend: Annotated[
         str, typer.Option(help="Backend recorded in the results: cuda | cpu.")
     ] = "cuda",
+    *,
+    stream: StreamFlags,
 ) -> None:
     """Static verdict per candidate (no compile, no GPU): one eval_result per candidate line,
     status guard_violation when a check rejects, else ok (meaning: passed the static guards only;
@@ -95,16 +98,7 @@ def check(
             },
         )
 
-    run_stream(
-        process,
-        input=input,
-        output=output,
-        resume=resume,
-        on_error=on_error,
-        expect=(Candidate,),
-        shard=parse_shard(shard),
-        desc="guards check",
-    )
+    stream.run(process, expect=(Candidate,), desc="guards check")
 
 
 @app.command("list")
@@ -142,11 +136,14 @@ def list_checks(
 
 
 @app.command("resize-task")
+@bundle_options("stream", StreamFlags)
 def resize_task(
     input: InputArg = None,
     output: OutputOpt = None,
     on_error: OnErrorOpt = OnError.stop,
     factor: Annotated[float, typer.Option(help="Scale of the input size constants.")] = 0.75,
+    *,
+    stream: StreamFlags,
 ) -> None:
     """Tasks with their input size constants scaled (shape-generalisation variants); tasks with
     nothing to resize are skipped (counted on stderr). The new task's meta.resized_from is the
@@ -177,14 +174,7 @@ def resize_task(
             meta=meta,
         )
 
-    run_stream(
-        process,
-        input=input,
-        output=output,
-        on_error=on_error,
-        expect=(Task,),
-        desc="guards resize-task",
-    )
+    stream.run(process, expect=(Task,), desc="guards resize-task")
     if skipped:
         print(f"{skipped} task(s) had no size constant to change", file=sys.stderr)
 

@@ -18,19 +18,21 @@ from cuda_agent.records.cli_helpers import (
     OutputOpt,
     ResumeOpt,
     ShardOpt,
+    bundle_options,
     fail,
     log,
-    parse_shard,
     run_stream,
 )
 from cuda_agent.records.jsonl import DecodeError, load_records
 from cuda_agent.sandbox.stream import (
     CompileJobsOpt,
     CpuWorkersOpt,
+    EvalStreamFlags,
     GpusOpt,
     InOrderOpt,
     RayOpt,
     RayWorkersOpt,
+    TimingCpusOpt,
     WindowOpt,
     WorkersPerGpuOpt,
 )
@@ -138,6 +140,7 @@ def solutions(
 
 
 @app.command()
+@bundle_options("stream", EvalStreamFlags)
 def run(
     input: InputArg = None,
     output: OutputOpt = None,
@@ -199,12 +202,9 @@ def run(
     ] = "default",
     ray_address: RayOpt = None,
     ray_workers: RayWorkersOpt = None,
-    timing_cpus: Annotated[
-        str,
-        typer.Option(
-            help="Cores kept for the exclusive timed sections, every other sandbox process running on the rest: auto (2 on a host of 8+ cores, else none) | off | N | a,b (core ids)."
-        ),
-    ] = "auto",
+    timing_cpus: TimingCpusOpt = "auto",
+    *,
+    stream: EvalStreamFlags,
 ) -> None:
     """Evaluate Candidate records (from `solutions`) in the sandbox; write EvalResult records
     carrying level, problem id, name and the guard policy (what `report` needs), each as it is
@@ -223,8 +223,7 @@ def run(
     import msgspec
 
     from cuda_agent.records import Candidate
-    from cuda_agent.sandbox import SandboxConfig
-    from cuda_agent.sandbox.stream import eval_stream, open_pool
+    from cuda_agent.sandbox.stream import evaluate_stream, sandbox_config
 
     try:
         tcfg = json.loads(timing_config) if timing_config else None
@@ -238,27 +237,22 @@ def run(
         bad = TimingConfig.unknown_keys(tcfg)
         if bad:
             raise fail(f"--timing-config: unknown key(s) {', '.join(bad)}")
-    if resume and output is None:
-        raise fail("--resume needs -o FILE")
-    shard_t = parse_shard(shard)
-    try:
-        cfg = SandboxConfig(
-            backend=backend,
-            guard_policy=guard_policy,
-            atol=atol,
-            rtol=rtol,
-            stress_trials=stress_trials,
-            shape_check=shape_check,
-            timing=timing,
-            baselines=timing,
-            timing_config=tcfg,
-            workers_per_gpu=workers_per_gpu,
-            compile_baseline=None if compile_baseline else False,
-            baseline_compile_mode=baseline_compile_mode,
-            timing_cpus=timing_cpus,
-        )
-    except ValueError as e:  # a setting out of its range: say which, no traceback
-        raise fail(str(e)) from None
+    stream.check()
+    cfg = sandbox_config(
+        backend=backend,
+        guard_policy=guard_policy,
+        atol=atol,
+        rtol=rtol,
+        stress_trials=stress_trials,
+        shape_check=shape_check,
+        timing=timing,
+        baselines=timing,
+        timing_config=tcfg,
+        workers_per_gpu=workers_per_gpu,
+        compile_baseline=None if compile_baseline else False,
+        baseline_compile_mode=baseline_compile_mode,
+        timing_cpus=timing_cpus,
+    )
 
     def finish(c: Candidate, r: EvalResult) -> EvalResult:
         meta = {**r.meta, **c.meta, "name": c.task.name, "guard_policy": guard_policy}
@@ -267,28 +261,7 @@ def run(
             meta.setdefault("problem_id", c.task.problem_id)
         return msgspec.structs.replace(r, meta=meta)
 
-    with open_pool(
-        cfg,
-        gpus=gpus,
-        ray_address=ray_address,
-        ray_workers=ray_workers,
-        compile_workers=compile_jobs,
-        cpu_workers=cpu_workers,
-        workers_per_device=workers_per_gpu,
-    ) as pool:
-        eval_stream(
-            pool,
-            input=input,
-            output=output,
-            resume=resume,
-            on_error=on_error,
-            shard=shard_t,
-            claim=claim,
-            window=window,
-            in_order=in_order,
-            finish=finish,
-            desc="kernelbench-eval run",
-        )
+    evaluate_stream(cfg, stream, finish=finish, desc="kernelbench-eval run")
 
 
 @app.command()

@@ -18,6 +18,8 @@ from cuda_agent.records.cli_helpers import (
     OutputOpt,
     ResumeOpt,
     ShardOpt,
+    StreamFlags,
+    bundle_options,
     fail,
     log,
 )
@@ -37,6 +39,10 @@ SizeOpt = Annotated[
         "--size",
         help="Size preset of shapes: gpu (KernelBench level-2 sizes), cpu, tiny (tests).",
     ),
+]
+RejectedOpt = Annotated[
+    Path | None,
+    typer.Option("--rejected", "--dropped", help="Append every dropped task (with reason) here."),
 ]
 CategoryOpt = Annotated[
     list[str] | None,
@@ -225,6 +231,7 @@ def compose(
 
 
 @app.command("filter")
+@bundle_options("stream", StreamFlags)
 def filter_cmd(
     input: InputArg = None,
     output: OutputOpt = None,
@@ -277,12 +284,7 @@ def filter_cmd(
     time_budget: Annotated[
         float, typer.Option("--time-budget", help="Seconds of eager timing per task.")
     ] = 2.0,
-    rejected: Annotated[
-        Path | None,
-        typer.Option(
-            "--rejected", "--dropped", help="Append every dropped task (with reason) here."
-        ),
-    ] = None,
+    rejected: RejectedOpt = None,
     workers: Annotated[
         int,
         typer.Option(
@@ -292,6 +294,8 @@ def filter_cmd(
             "they share this process's GPU, timings serialised.",
         ),
     ] = 1,
+    *,
+    stream: StreamFlags,
 ) -> None:
     """Keep tasks that run in eager and compiled mode, are deterministic, depend on their inputs,
     give finite non-constant outputs and whose eager time is inside the backend's window.
@@ -327,11 +331,10 @@ def filter_cmd(
         ):
             if value is not None:
                 child += [flag, str(value)]
-        code = run_workers(workers, child, output, rejected, resume, backend)
+        code = run_workers(workers, child, output, rejected, resume)
         if code:
             raise typer.Exit(code)
         return
-    from cuda_agent.records.cli_helpers import parse_shard, run_stream
     from cuda_agent.records.jsonl import RecordWriter, load_records, repair_tail
     from cuda_agent.records.types import Task
 
@@ -384,17 +387,7 @@ def filter_cmd(
                 rej.write(v.task)
 
     try:
-        run_stream(
-            process,
-            input=input,
-            output=output,
-            resume=resume,
-            on_error=on_error,
-            expect=(Task,),
-            shard=parse_shard(shard),
-            claim=claim,
-            desc="filter",
-        )
+        stream.run(process, expect=(Task,), desc="filter")
     finally:
         tf.close()
         if rej is not None:
@@ -406,6 +399,7 @@ SigMode = Annotated[str, typer.Option(help="full (ops + hyper-parameters), ops, 
 
 
 @app.command()
+@bundle_options("stream", StreamFlags)
 def dedup(
     input: InputArg = None,
     output: OutputOpt = None,
@@ -429,12 +423,9 @@ def dedup(
     ref_signature: SigMode = "full",
     self_signature: SigMode = "full",
     ngram: Annotated[int, typer.Option("--ngram", help="Token n-gram length.")] = 5,
-    rejected: Annotated[
-        Path | None,
-        typer.Option(
-            "--rejected", "--dropped", help="Append every dropped task (with reason) here."
-        ),
-    ] = None,
+    rejected: RejectedOpt = None,
+    *,
+    stream: StreamFlags,
 ) -> None:
     """Drop tasks too similar to a reference set (decontamination) or to each other.
 
@@ -444,7 +435,6 @@ def dedup(
 
     Example: opsynth dedup filtered.jsonl --kernelbench ~/KernelBench --rejected dup.jsonl > tasks.jsonl
     """
-    from cuda_agent.records.cli_helpers import run_stream
     from cuda_agent.records.jsonl import RecordWriter, load_records
     from cuda_agent.records.types import Task
 
@@ -504,15 +494,7 @@ def dedup(
             )
 
     try:
-        run_stream(
-            process,
-            input=input,
-            output=output,
-            resume=resume,
-            on_error=on_error,
-            expect=(Task,),
-            desc="dedup",
-        )
+        stream.run(process, expect=(Task,), desc="dedup")
     finally:
         if rej is not None:
             rej.close()

@@ -1,10 +1,11 @@
 """Execution filter: keep a task only if it runs, is deterministic, depends on its inputs, gives
 sane outputs, matches under ``torch.compile`` and its eager time lies in the backend's window.
 
-Each task runs in a fresh process (:class:`~cuda_agent.opsynth.isolate.Isolator`) with a
-timeout and a memory cap. A task outside the time window is rescaled once or twice by changing
-its module-level ``batch_size`` (what changed is recorded in ``meta.filter.rescaled``); a task
-that runs out of its memory share is retried with an 8x smaller batch the same way.
+Each task runs in a fresh process confined by the sandbox
+(:class:`~cuda_agent.opsynth.isolate.Isolator`) with a timeout and a memory cap. A task outside
+the time window is rescaled once or twice by changing its module-level ``batch_size`` (what
+changed is recorded in ``meta.filter.rescaled``); a task that runs out of its memory share is
+retried with an 8x smaller batch the same way.
 
 Default windows (``eager forward time``, ms):
 
@@ -250,8 +251,14 @@ class TaskFilter:
         if self.rescaled:
             parts.append(f"{self.rescaled} after rescaling")
         parts += [f"{r} {n}" for r, n in self.reasons.most_common()]
+        if self.iso.server_error:
+            parts.append(f"tasks started cold, no fork server: {self.iso.server_error[:300]}")
+        if self.iso.isolation:
+            parts.append(
+                "confined: " + "; ".join(f"{k} {v}" for k, v in self.iso.isolation.items())
+            )
         if self.cfg.compile and self.iso.warm is not None:
-            parts.append(f"compile imports pre-warmed in the zygote: {self.iso.warm}")
+            parts.append(f"compile imports pre-warmed in the fork server: {self.iso.warm}")
         return "filter: " + ", ".join(parts)
 
     def close(self) -> None:

@@ -1,34 +1,60 @@
-"""Run :func:`~cuda_agent.opsynth.probe.run_probe` for one task in a fresh process.
+"""Run :func:`~cuda_agent.opsynth.probe.run_probe` for one task in a fresh, confined process.
 
-Two isolation modes, same guarantees (a fresh process per task, a wall-clock timeout enforced
-with SIGKILL, an address-space limit, the task's stdout/stderr kept away from the record
-stream, a crash reported as a result):
+A task's program is code opsynth did not write itself as often as not (an LLM's composition, an
+Ops-6K row): it runs under the sandbox's confinement
+(:func:`cuda_agent.sandbox.isolation.run_confined`), the one every candidate of the sandbox runs
+under. Per task: a fresh process in a session of its own, its own pid, mount and network
+namespaces (no network), the file system read-only but the worker's own directory, an
+unprivileged uid where the host allows it (one leased for the :class:`Isolator`'s life, so its
+compile caches carry over from task to task), a process count limit, and a wall-clock deadline
+after which the whole tree is SIGKILLed; the task's prints are kept away from the result, and a
+timeout or a crash comes back as a result. What was in force is :attr:`Isolator.isolation`.
+Besides, the child caps its own memory (:func:`_handle`: on cpu an address-space limit, on cuda
+its share of the GPU's memory).
 
-- ``fork`` (default): a long-lived *zygote* process imports torch once and forks one child per
-  task. Import cost (seconds) is paid once, but every task still starts from a clean, untouched
-  interpreter state (the zygote itself never runs a task or initialises CUDA).
-- ``spawn``: a new ``python -m cuda_agent.opsynth.isolate --one`` per task (slower; nothing is
-  shared at all).
+Two modes, same guarantees:
 
-Protocol (both modes): one JSON request per line on the server's stdin
-``{"source", "config", "timeout_s", "mem_gb"}`` -> one JSON result per line on its stdout.
+- ``fork`` (default): a sandbox fork server (:mod:`cuda_agent.sandbox.forkserver`) imports torch
+  and the probe once; each task is a launcher forked from it, confined, that runs :func:`main`
+  in its own process. Import cost (seconds) is paid once; the server never runs a task or
+  initialises CUDA.
+- ``spawn``: a new ``python -m cuda_agent.opsynth.isolate`` per task (slower; nothing shared).
+
+The task's deadline starts when its child has imported what it needs (the child says so with a
+file), so a cold start's imports are not the task's time.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import itertools
 import json
-import math
 import os
-import select
-import signal
-import subprocess
+import shutil
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
+from cuda_agent.sandbox.forkserver import ForkServer, start_server
+from cuda_agent.sandbox.gate import host_lock
+from cuda_agent.sandbox.isolation import (
+    Limits,
+    Outcome,
+    prepare_writable,
+    run_confined,
+    sandbox_uid,
+)
+
 _ENV = {"TORCHINDUCTOR_COMPILE_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+_MODULE = "cuda_agent.opsynth.isolate"
+_IMPORTS = ("torch", "cuda_agent.profiler.program", "cuda_agent.opsynth.probe")
+_WARM_MODULES = ("torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.codegen.wrapper")
+IMPORT_ALLOWANCE_S = (
+    60.0  # the most a child's start-up (interpreter, torch) may add to its deadline
+)
 
 
 def _vm_bytes() -> int:
@@ -63,17 +89,6 @@ def _limit_gpu_memory(mem_gb: float | None) -> None:
     torch.cuda.set_per_process_memory_fraction(min(1.0, mem_gb * (1 << 30) / total))
 
 
-def _die_with_parent() -> None:
-    """Linux: get SIGKILL when the parent process dies (no orphaned tasks or zygotes)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def _handle(req: dict[str, Any]) -> dict[str, Any]:
     from .probe import ProbeConfig, run_probe
 
@@ -87,171 +102,51 @@ def _handle(req: dict[str, Any]) -> dict[str, Any]:
         # CUDA reserves far more address space than it uses: an RLIMIT_AS cap breaks its
         # initialisation. On a GPU, mem_gb caps the task's share of device memory instead.
         _limit_gpu_memory(req.get("mem_gb"))
-    if req.get("_alarm"):  # spawn mode: the task's wall clock starts after the imports;
-        signal.signal(signal.SIGALRM, signal.SIG_DFL)  # SIGALRM's default action ends us
-        signal.alarm(max(1, int(math.ceil(float(req.get("timeout_s", 120))))))
     try:
         return run_probe(req["source"], cfg)
     except MemoryError:
         return {"ok": False, "reason": "out_of_memory", "detail": "MemoryError in the task"}
 
 
-def _tail(path: str, n: int = 1500) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - n))
-            return fh.read().decode(errors="replace")
-    except OSError:
-        return ""
+def main(argv: list[str]) -> int:
+    """The confined child: ``REQUEST STARTED``: read the request file REQUEST (``{"source",
+    "config", "mem_gb", "threads"}``), create STARTED once the imports are done, run the probe
+    and write its result as the last line of stdout (the task's own prints go to stderr)."""
+    request, started = argv
+    for m in _IMPORTS:
+        __import__(m)
+    Path(started).touch()
+    req = json.loads(Path(request).read_text())
+    real_stdout = os.dup(1)
+    os.dup2(2, 1)
+    res = _handle(req)
+    os.write(real_stdout, ("\n" + json.dumps(res, default=str) + "\n").encode())
+    return 0
 
 
-def _fork_one(req: dict[str, Any]) -> dict[str, Any]:
-    """Zygote side: fork a child for ``req``, enforce the timeout, collect its result."""
-    timeout = float(req.get("timeout_s", 120))
-    r, w = os.pipe()
-    log_fd, log_path = tempfile.mkstemp(prefix="opsynth-task-", suffix=".log")
-    os.close(log_fd)
-    t0 = time.monotonic()
-    pid = os.fork()
-    if pid == 0:  # child
-        code = 0
-        try:
-            os.close(r)
-            os.setpgid(0, 0)
-            _die_with_parent()
-            fd = os.open(log_path, os.O_WRONLY)
-            os.dup2(fd, 1)
-            os.dup2(fd, 2)
-            res = _handle(req)
-            data = json.dumps(res, default=str).encode()
-            view = memoryview(data)
-            while view:
-                view = view[os.write(w, view) :]
-        except BaseException:  # noqa: BLE001 - a child must never return into the zygote
-            code = 3
-        finally:
-            os._exit(code)
-    os.close(w)
-    chunks: list[bytes] = []
-    timed_out = False
-    while True:
-        left = timeout - (time.monotonic() - t0)
-        if left <= 0:
-            timed_out = True
-            break
-        ready, _, _ = select.select([r], [], [], min(left, 1.0))
-        if ready:
-            b = os.read(r, 1 << 16)
-            if not b:
-                break
-            chunks.append(b)
-    if timed_out:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            os.kill(pid, signal.SIGKILL)
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    secs = round(time.monotonic() - t0, 3)
-    tail = _tail(log_path)
-    os.unlink(log_path)
-    if timed_out:
-        return {
-            "ok": False,
-            "reason": "timeout",
-            "detail": f"killed after {timeout:.0f} s",
-            "seconds": secs,
-        }
+def _failed(reason: str, detail: str, seconds: float) -> dict[str, Any]:
+    return {"ok": False, "reason": reason, "detail": detail, "seconds": round(seconds, 3)}
+
+
+def _result(out: Outcome, timeout_s: float) -> dict[str, Any]:
+    """The probe's result from a confined run: the last line of its stdout, or a timeout or
+    crash result saying why there is none."""
+    if out.timed_out:
+        return _failed("timeout", f"killed after {timeout_s:.0f} s", out.seconds)
+    lines = [ln for ln in out.stdout.splitlines() if ln.strip()]
     try:
-        res = json.loads(b"".join(chunks))
+        res = json.loads(lines[-1]) if out.returncode == 0 and lines else None
     except ValueError:
-        if os.WIFSIGNALED(status):
-            why = f"killed by signal {os.WTERMSIG(status)}"
-        else:
-            why = f"exit code {os.WEXITSTATUS(status)}"
-        return {
-            "ok": False,
-            "reason": "crash",
-            "detail": f"{why}; output tail: {tail[-800:]}",
-            "seconds": secs,
-        }
-    res["seconds"] = secs
+        res = None
+    if not isinstance(res, dict):
+        return _failed("crash", f"{out.describe()}; output tail: {out.stderr[-800:]}", out.seconds)
+    res["seconds"] = round(out.seconds, 3)
     return res
 
 
-_WARM_MODULES = ("torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.codegen.wrapper")
-
-
-def _cuda_driver_mapped() -> bool:
-    try:
-        with open("/proc/self/maps") as fh:
-            return any("libcuda.so" in line for line in fh)
-    except OSError:
-        return False
-
-
-def _warm_compile() -> bool:
-    """Import torch.compile's machinery once in the zygote (seconds saved per task), but only
-    if a throw-away fork shows the imports leave the CUDA driver unloaded: a zygote that had
-    initialised CUDA would hand every child a broken CUDA state."""
-    import importlib
-
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            for m in _WARM_MODULES:
-                importlib.import_module(m)
-            code = 2 if _cuda_driver_mapped() else 0
-        except BaseException:  # noqa: BLE001
-            code = 1
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
-        return False
-    for m in _WARM_MODULES:
-        importlib.import_module(m)
-    return True
-
-
-def _serve() -> int:
-    """Zygote main loop: import torch and the probe once, then fork per request."""
-    _die_with_parent()
-    import torch  # noqa: F401 - imported once, shared copy-on-write by every child
-
-    from cuda_agent.profiler import program  # noqa: F401
-
-    from . import probe  # noqa: F401
-
-    warm = _warm_compile() if "--warm-compile" in sys.argv else None
-    print(json.dumps({"ready": True, "warm_compile": warm}), flush=True)
-    for line in sys.stdin:
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            res = _fork_one(json.loads(line))
-        except Exception as e:  # noqa: BLE001
-            res = {"ok": False, "reason": "infra_error", "detail": f"{type(e).__name__}: {e}"}
-        print(json.dumps(res, default=str), flush=True)
-    return 0
-
-
-def _one() -> int:
-    req = json.loads(sys.stdin.read())
-    req["_alarm"] = True
-    real_stdout = os.dup(1)
-    os.dup2(2, 1)  # the task's prints go to stderr
-    res = _handle(req)
-    os.write(real_stdout, (json.dumps(res, default=str) + "\n").encode())
-    return 0
-
-
 class Isolator:
-    """Runs probes in fresh processes; ``fork`` keeps one zygote alive between calls."""
+    """Runs probes in fresh confined processes (see the module docstring); ``fork`` keeps one
+    fork server alive between calls. One caller at a time."""
 
     def __init__(
         self,
@@ -266,116 +161,128 @@ class Isolator:
         self.python = python or sys.executable
         self.threads = threads
         self.warm_compile = warm_compile
-        self._zygote: subprocess.Popen[str] | None = None
-        self.warm: bool | None = None  # whether the zygote pre-imported torch.compile's modules
+        self.limits = Limits(rss_mb=None)  # memory: the child's own caps (see _handle)
+        self._server: ForkServer | None = None
+        self._stack = contextlib.ExitStack()
+        self._root: Path | None = None
+        self._uid: int | None = None
+        self._n = itertools.count()
+        self._gates: set[str] = set()
+        # whether the fork server pre-imported torch.compile's modules
+        self.warm: bool | None = None
+        self.isolation: dict[str, str] = {}  # what confined the last task (Outcome.isolation)
+        self.server_error = ""  # why no fork server started (fork mode then starts tasks cold)
+
+    def _workdir(self) -> Path:
+        """The worker's own directory (home, temp dir, compile caches, requests), writable by
+        its confined processes; made on first use with the uid they run as."""
+        if self._root is None:
+            self._uid = self._stack.enter_context(sandbox_uid(self.limits))
+            root = Path(tempfile.mkdtemp(prefix="opsynth-isolate-"))
+            self._stack.callback(shutil.rmtree, root, ignore_errors=True)
+            prepare_writable(root, limits=self.limits, uid=self._uid)
+            self._root = root
+        return self._root
 
     def _env(self) -> dict[str, str]:
+        root = str(self._workdir())
         env = dict(os.environ)
         env.update(_ENV)
         env["OMP_NUM_THREADS"] = str(self.threads)
+        env.update(HOME=root, TMPDIR=root, PYTHONDONTWRITEBYTECODE="1")
+        env["TORCHINDUCTOR_CACHE_DIR"] = f"{root}/inductor"
+        env["TRITON_CACHE_DIR"] = f"{root}/triton"
         return env
 
-    def _start(self) -> subprocess.Popen[str]:
-        cmd = [self.python, "-m", "cuda_agent.opsynth.isolate", "--serve"]
-        if self.warm_compile:
-            cmd.append("--warm-compile")
-        p = subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=self._env(),
-        )
-        assert p.stdout is not None
-        first = p.stdout.readline()
-        if not first:
-            raise RuntimeError("opsynth zygote exited during start-up")
-        self.warm = json.loads(first).get("warm_compile")
-        return p
+    def _launcher(self) -> Any:
+        """A warm launcher forked from the fork server (started, or restarted once, as
+        needed), or None: the task starts cold (and every later one, once a server could not
+        start: ``server_error`` says why)."""
+        for _ in range(2):
+            if self.server_error:
+                return None
+            if self._server is None or not self._server.alive():
+                self._start_server()
+            if self._server is None:
+                return None
+            warm = self._server.spawn()
+            if warm is not None:
+                return warm
+            self._close_server()
+        return None
+
+    def _start_server(self) -> None:
+        self._close_server()
+        tries = [True, False] if self.warm_compile else [False]
+        for warm_compile in tries:  # a compile import that touched CUDA: serve without it
+            modules = [_MODULE, *_IMPORTS, *(_WARM_MODULES if warm_compile else ())]
+            srv = start_server(modules, self._env(), self._workdir())
+            if srv.ready:
+                self._server = srv
+                self.warm = warm_compile if self.warm_compile else None
+                return
+        self.server_error = srv.error
+
+    def _prepare_gate(self, device: str) -> None:
+        """Create the lock files of ``device``'s gate, which the child holds while it times but
+        cannot create on its read-only file system."""
+        from .probe import timing_domain
+
+        domain = timing_domain(device)
+        if domain not in self._gates:
+            lock = host_lock(domain)
+            if lock is not None:
+                lock.create()
+            self._gates.add(domain)
 
     def run(
         self, source: str, config: dict[str, Any], timeout_s: float, mem_gb: float | None
     ) -> dict[str, Any]:
         """The probe result of ``source``; timeouts and crashes come back as results."""
-        req = {
-            "source": source,
-            "config": config,
-            "timeout_s": timeout_s,
-            "mem_gb": mem_gb,
-            "threads": self.threads,
-        }
-        if self.mode == "spawn":
-            return self._spawn(req)
-        for attempt in range(2):
-            if self._zygote is None or self._zygote.poll() is not None:
-                self._zygote = self._start()
-            z = self._zygote
-            assert z.stdin is not None and z.stdout is not None
-            try:
-                z.stdin.write(json.dumps(req) + "\n")
-                z.stdin.flush()
-                line = z.stdout.readline()
-            except (BrokenPipeError, OSError):
-                line = ""
-            if line:
-                return json.loads(line)
-            self.close()  # the zygote died: start a new one and retry once
-            if attempt:
-                break
-        return {"ok": False, "reason": "infra_error", "detail": "zygote died twice"}
+        root = self._workdir()
+        self._prepare_gate(str(config.get("device", "cpu")))
+        n = next(self._n)
+        request, started = root / f"request-{n}.json", root / f"started-{n}"
+        req = {"source": source, "config": config, "mem_gb": mem_gb, "threads": self.threads}
+        request.write_text(json.dumps(req))
+        request.chmod(0o644)
+        warm = self._launcher() if self.mode == "fork" else None
+        python = sys.executable if warm is not None else self.python
+        t0 = time.time()
 
-    def _spawn(self, req: dict[str, Any]) -> dict[str, Any]:
-        t0 = time.monotonic()
+        def start_up() -> float:  # the child's imports are not the task's time
+            t = started.stat().st_mtime if started.exists() else time.time()
+            return min(IMPORT_ALLOWANCE_S, max(0.0, t - t0))
+
         try:
-            p = subprocess.run(
-                [self.python, "-m", "cuda_agent.opsynth.isolate", "--one"],
-                input=json.dumps(req),
-                capture_output=True,
-                text=True,
-                timeout=req["timeout_s"] + 60,  # + interpreter and torch start-up
+            out = run_confined(
+                [python, "-m", _MODULE, str(request), str(started)],
+                cwd=root,
                 env=self._env(),
+                limits=dataclasses.replace(self.limits, timeout_s=timeout_s),
+                writable=[root],
+                extend=start_up,
+                uid=self._uid,
+                warm=warm,
             )
-        except subprocess.TimeoutExpired:
-            return {
-                "ok": False,
-                "reason": "timeout",
-                "detail": f"killed after {req['timeout_s']:.0f} s",
-            }
-        secs = round(time.monotonic() - t0, 3)
-        if p.returncode == -signal.SIGALRM:
-            return {
-                "ok": False,
-                "reason": "timeout",
-                "detail": f"killed after {req['timeout_s']:.0f} s",
-                "seconds": secs,
-            }
-        lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
-        if p.returncode != 0 or not lines:
-            why = (
-                f"exit code {p.returncode}"
-                if p.returncode >= 0
-                else f"killed by signal {-p.returncode}"
-            )
-            return {
-                "ok": False,
-                "reason": "crash",
-                "detail": f"{why}; {p.stderr[-800:]}",
-                "seconds": secs,
-            }
-        res = json.loads(lines[-1])
-        res["seconds"] = secs
-        return res
+        finally:
+            for f in (request, started):
+                f.unlink(missing_ok=True)
+        self.isolation = out.isolation
+        return _result(out, timeout_s)
+
+    def _close_server(self) -> None:
+        srv, self._server = self._server, None
+        if srv is not None:
+            srv.close()
 
     def close(self) -> None:
-        z, self._zygote = self._zygote, None
-        if z is not None:
-            try:
-                if z.stdin:
-                    z.stdin.close()
-                z.wait(timeout=10)
-            except Exception:  # noqa: BLE001
-                z.kill()
-                z.wait()
+        """Stop the fork server and remove the worker's directory (its uid lease ends)."""
+        self._close_server()
+        self._stack.close()
+        self._stack = contextlib.ExitStack()
+        self._root = None
+        self._gates.clear()
 
     def __enter__(self) -> Isolator:
         return self
@@ -385,9 +292,4 @@ class Isolator:
 
 
 if __name__ == "__main__":
-    if "--serve" in sys.argv:
-        sys.exit(_serve())
-    if "--one" in sys.argv:
-        sys.exit(_one())
-    print("usage: python -m cuda_agent.opsynth.isolate --serve|--one", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(main(sys.argv[1:]))

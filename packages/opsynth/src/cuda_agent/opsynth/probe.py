@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cuda_agent.records.nested import tensor_leaves
+from cuda_agent.sandbox.gate import Occupant, device_gate, domain_of
 
 from . import checks as C
 
@@ -64,21 +65,29 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-@contextlib.contextmanager
-def _timing_lock(waited: dict[str, float] | None = None) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``$OPSYNTH_TIMING_LOCK`` (if set) while timing, so that
-    parallel filter workers sharing one GPU never time at the same moment; the seconds spent
-    waiting for it go to ``waited["s"]``."""
-    path = os.environ.get("OPSYNTH_TIMING_LOCK")
-    if not path:
-        yield
-        return
-    from cuda_agent.records.filelock import exclusive_lock
+def timing_domain(device: str) -> str:
+    """The sandbox's timing domain (:func:`cuda_agent.sandbox.gate.domain_of`) of the torch
+    device ``device`` as this process names it: ``"host"`` for ``cpu``; on cuda the GPU as the
+    sandbox names it (``cuda`` and ``cuda:0`` are the first entry of ``$CUDA_VISIBLE_DEVICES``,
+    ``cuda:N`` its N-th), so a probe and a sandbox timer on one GPU share its gate."""
+    if not device.startswith("cuda"):
+        return domain_of("cpu", None)
+    index = int(device.partition(":")[2] or 0)
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    gpu = visible[index] if visible[0] and index < len(visible) else str(index)
+    return domain_of("cuda", gpu)
 
-    t = time.monotonic()
-    with exclusive_lock(path):
+
+@contextlib.contextmanager
+def timing_hold(device: str, waited: dict[str, float] | None = None) -> Iterator[None]:
+    """Hold ``device``'s gate exclusive for the block (:func:`cuda_agent.sandbox.gate.
+    device_gate`, host-wide unless ``$CUDA_AGENT_GATE_DIR`` is ``off``): no other process of
+    the host times on the device meanwhile, sandbox timers and other filter workers alike. The
+    seconds spent waiting for it are added to ``waited["s"]``."""
+    occ = Occupant("opsynth probe")
+    with device_gate(timing_domain(device)).exclusive(occ, "time"):
         if waited is not None:
-            waited["s"] = waited.get("s", 0.0) + time.monotonic() - t
+            waited["s"] = waited.get("s", 0.0) + occ.waited_s.get("exclusive", 0.0)
         yield
 
 
@@ -90,9 +99,10 @@ def time_eager(
     waited: dict[str, float] | None = None,
 ) -> float:
     """Median eager time per forward in ms: the profiler's protocol when available, else a
-    plain warm-up + ``perf_counter`` loop (CUDA synchronised). Serialised across processes by
-    ``$OPSYNTH_TIMING_LOCK`` when set (seconds waiting for it added to ``waited["s"]``)."""
-    with _timing_lock(waited):
+    plain warm-up + ``perf_counter`` loop (CUDA synchronised). Holds the device's gate
+    exclusive while it times (:func:`timing_hold`; seconds waiting for it added to
+    ``waited["s"]``)."""
+    with timing_hold(device, waited):
         return _time_eager(model, inputs, device, budget_s)
 
 
@@ -273,7 +283,7 @@ def _run(source: str, cfg: ProbeConfig, laps: _Laps) -> dict[str, Any]:
     elif cfg.time:
         eager_ms = time_eager(model, inputs, cfg.device, cfg.time_budget_s, waited)
         passed.append("timed")
-    laps.lap("time", waited.get("s", 0.0))  # time_wait: for another worker's timing on this GPU
+    laps.lap("time", waited.get("s", 0.0))  # time_wait: another timer held the device
     outside = (
         cfg.window_ms is not None
         and eager_ms is not None

@@ -5,13 +5,12 @@ The parent starts N copies of the filter command, each with its own part files
 and appends the parts to ``-o`` and ``--rejected``. The output files stay the record of what is
 done: a run stopped at any point merges whatever parts it finds first, marks every task already
 in the outputs done in a fresh queue, and goes on with the rest; the queue is removed at the end.
-On cuda the workers share the GPU this process sees, their eager timings serialised by
-``$OPSYNTH_TIMING_LOCK`` (set to ``OUT.timing.lock`` unless given).
+The workers share the device this process sees, their eager timings serialised by the device's
+gate (:func:`cuda_agent.opsynth.probe.timing_hold`), with every other timer on it.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -74,7 +73,7 @@ def _input_ids(path: Path) -> list[str]:
 
 
 def run_workers(
-    n: int, child_args: list[str], output: Path, rejected: Path | None, resume: bool, backend: str
+    n: int, child_args: list[str], output: Path, rejected: Path | None, resume: bool
 ) -> int:
     """Run ``n`` filter processes (``child_args``: the filter command's options, without output
     files) over one queue and merge their outputs; returns the worst exit code."""
@@ -91,16 +90,13 @@ def run_workers(
         mark_done(queue, sorted(done))
         if done:
             log(f"resume: {len(done)} tasks already in the outputs")
-    env = dict(os.environ)
-    if backend == "cuda" and not env.get("OPSYNTH_TIMING_LOCK"):
-        env["OPSYNTH_TIMING_LOCK"] = str(output.parent.resolve() / f"{output.name}.timing.lock")
     procs = []
     for k in range(n):
         cmd = [sys.executable, "-m", "cuda_agent.opsynth.cli", "filter", *child_args]
         cmd += ["--claim", str(queue), "-o", f"{output}.part{k}"]
         if rejected is not None:
             cmd += ["--rejected", f"{rejected}.part{k}"]
-        procs.append(subprocess.Popen(cmd, env=env))
+        procs.append(subprocess.Popen(cmd))
     log(f"filter: {n} workers, one queue ({queue})")
     try:
         codes = [p.wait() for p in procs]

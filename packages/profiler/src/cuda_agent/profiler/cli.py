@@ -21,8 +21,9 @@ from cuda_agent.records.cli_helpers import (
     OutputOpt,
     ResumeOpt,
     ShardOpt,
+    StreamFlags,
+    bundle_options,
     fail,
-    parse_shard,
     run_stream,
 )
 
@@ -231,6 +232,7 @@ class CompileMode(StrEnum):
 
 
 @app.command("baseline")
+@bundle_options("stream", StreamFlags)
 def baseline_cmd(
     input: InputArg = None,
     output: OutputOpt = None,
@@ -250,6 +252,8 @@ def baseline_cmd(
     keep_existing: Annotated[
         bool, typer.Option("--keep-existing", help="Leave tasks that already have a baseline.")
     ] = False,
+    *,
+    stream: StreamFlags,
 ) -> None:
     """Fill ``Task.baseline`` (eager and torch.compile) for each task; one subprocess per task.
 
@@ -277,17 +281,7 @@ def baseline_cmd(
         t.baseline = b
         yield t
 
-    run_stream(
-        process,
-        input=input,
-        output=output,
-        resume=resume,
-        on_error=on_error,
-        expect=(Task,),
-        shard=parse_shard(shard),
-        claim=claim,
-        desc="tasks",
-    )
+    stream.run(process, expect=(Task,), desc="tasks")
 
 
 @app.command("ncu")

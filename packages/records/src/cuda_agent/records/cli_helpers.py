@@ -12,14 +12,18 @@
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
+import inspect
 import sys
 import time
+import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
+import msgspec
 import typer
 
 from .jsonl import DecodeError, RecordWriter, done_keys, read_records
@@ -75,6 +79,35 @@ def fail(msg: str, code: int = 2) -> typer.Exit:
     """Print ``msg`` to stderr and return the ``typer.Exit`` to raise."""
     log(msg)
     return typer.Exit(code)
+
+
+def bundle_options(name: str, bundle: Callable[..., Any]) -> Callable[[Callable[..., Any]], Any]:
+    """Decorator for a typer command ``fn(..., <name>: <bundle>)``: typer sees ``fn``'s signature
+    without ``name`` (every option where ``fn`` declares it: ``--help`` is ``fn``'s own), and
+    ``fn`` gets every option as declared plus ``<name>=bundle(**the values of its options named
+    as bundle's parameters)``, for a helper that takes a group of options whole instead of each
+    command passing them one by one."""
+    fields = set(inspect.signature(bundle).parameters)
+
+    def decorate(fn: Callable[..., Any]) -> Any:
+        hints = typing.get_type_hints(fn, include_extras=True)
+        params = [
+            p.replace(annotation=hints.get(p.name, p.annotation))
+            for p in inspect.signature(fn).parameters.values()
+            if p.name != name
+        ]
+        grouped = [p.name for p in params if p.name in fields]
+
+        @functools.wraps(fn)
+        def command(**kw: Any) -> Any:
+            return fn(**kw, **{name: bundle(**{n: kw[n] for n in grouped})})
+
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        del command.__wrapped__  # typer must read the signature above, not fn's
+        return command
+
+    return decorate
 
 
 def parse_shard(spec: str | None) -> tuple[int, int] | None:
@@ -227,6 +260,48 @@ def run_stream(
     if not quiet:
         log(stats.summary(desc))
     return stats
+
+
+class StreamFlags(msgspec.Struct, kw_only=True):
+    """The stream flags of a command (:data:`InputArg`, :data:`OutputOpt`, :data:`ResumeOpt`,
+    :data:`OnErrorOpt`, :data:`ShardOpt`, :data:`ClaimOpt`), named as its parameters: the
+    command declares those it takes (``--help`` shows them in its order) and gets them whole
+    with ``bundle_options("stream", StreamFlags)``; those it does not take keep these defaults."""
+
+    input: Path | None = None
+    output: Path | None = None
+    resume: bool = False
+    on_error: OnError = OnError.stop
+    shard: str | None = None
+    claim: Path | None = None
+
+    def check(self) -> None:
+        """End the command (exit 2) on what these flags alone get wrong, before anything
+        starts: ``--resume`` without ``-o FILE``, a malformed ``--shard``."""
+        if self.resume and self.output is None:
+            raise fail("--resume needs -o FILE")
+        parse_shard(self.shard)
+
+    def run(
+        self,
+        process: Callable[[Any], Iterable[Any]],
+        *,
+        expect: tuple[type, ...] | None = None,
+        desc: str = "records",
+    ) -> StreamStats:
+        """:func:`run_stream` of ``process`` over the stream these flags name, with their
+        conventions (resume, on-error, shard, claim)."""
+        return run_stream(
+            process,
+            input=self.input,
+            output=self.output,
+            resume=self.resume,
+            on_error=self.on_error,
+            expect=expect,
+            shard=parse_shard(self.shard),
+            claim=self.claim,
+            desc=desc,
+        )
 
 
 def type_name(e: BaseException) -> str:

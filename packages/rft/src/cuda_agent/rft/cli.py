@@ -17,10 +17,10 @@ from cuda_agent.records.cli_helpers import (
     OutputOpt,
     ResumeOpt,
     ShardOpt,
+    StreamFlags,
+    bundle_options,
     fail,
     log,
-    parse_shard,
-    run_stream,
 )
 from cuda_agent.records.jsonl import RecordWriter
 from cuda_agent.training.train_options import (
@@ -58,6 +58,7 @@ def _main(local_rank: LocalRankOpt = -1) -> None:
 
 
 @app.command()
+@bundle_options("stream", StreamFlags)
 def select(
     input: InputArg = None,
     output: OutputOpt = None,
@@ -89,6 +90,8 @@ def select(
             help=f"Stop reasons that mean truncation (default: {', '.join(TRUNCATION_STOP_REASONS)}).",
         ),
     ] = None,
+    *,
+    stream: StreamFlags,
 ) -> None:
     """Keep trajectories worth imitating; count every drop by reason on stderr.
 
@@ -135,16 +138,7 @@ def select(
         return []
 
     try:
-        run_stream(
-            process,
-            input=input,
-            output=output,
-            resume=resume,
-            on_error=on_error,
-            shard=parse_shard(shard),
-            expect=(Trajectory,),
-            desc="rft select",
-        )
+        stream.run(process, expect=(Trajectory,), desc="rft select")
     finally:
         if drops is not None:
             drops.close()

@@ -19,18 +19,20 @@ from cuda_agent.records.cli_helpers import (
     OutputOpt,
     ResumeOpt,
     ShardOpt,
+    bundle_options,
     fail,
     log,
-    parse_shard,
 )
 
 from .stream import (
     CompileJobsOpt,
     CpuWorkersOpt,
+    EvalStreamFlags,
     GpusOpt,
     InOrderOpt,
     RayOpt,
     RayWorkersOpt,
+    TimingCpusOpt,
     WindowOpt,
     WorkersPerGpuOpt,
 )
@@ -57,6 +59,7 @@ def _main() -> None:
 
 
 @app.command("eval")
+@bundle_options("stream", EvalStreamFlags)
 def eval_cmd(
     input: InputArg = None,
     output: OutputOpt = None,
@@ -106,13 +109,7 @@ def eval_cmd(
             "max-autotune-no-cudagraphs | reduce-overhead (what speedup_vs_compile compares with).",
         ),
     ] = "default",
-    timing_cpus: Annotated[
-        str,
-        typer.Option(
-            "--timing-cpus",
-            help="Cores kept for the exclusive timed sections, every other sandbox process running on the rest: auto (2 on a host of 8+ cores, else none) | off | N | a,b (core ids).",
-        ),
-    ] = "auto",
+    timing_cpus: TimingCpusOpt = "auto",
     guard_policy: Annotated[
         str, typer.Option("--guard-policy", help="strict | kernelbench | off")
     ] = "strict",
@@ -185,6 +182,8 @@ def eval_cmd(
     ] = True,
     ray_address: RayOpt = None,
     ray_workers: RayWorkersOpt = None,
+    *,
+    stream: EvalStreamFlags,
 ) -> None:
     """Evaluate candidates: ``sandbox eval < candidates.jsonl > results.jsonl``.
 
@@ -192,73 +191,46 @@ def eval_cmd(
 
         sandbox eval cands.jsonl -o results.jsonl --resume --gpus all --compile-jobs 4
     """
-    from .config import SandboxConfig
     from .evaluate import cache_root
-    from .stream import eval_stream, open_pool
+    from .stream import evaluate_stream, sandbox_config
 
     _backend_opt(backend)
-    if resume and output is None:
-        raise fail("--resume needs -o FILE")
-    shard_t = parse_shard(shard)
-    try:
-        cfg = SandboxConfig(
-            backend=backend,
-            trials=max(5, trials),
-            atol=atol,
-            rtol=rtol,
-            norm_tol=norm_tol,
-            stress_trials=stress_trials,
-            shape_check=shape_check,
-            timing=timing,
-            baselines=baselines,
-            guard_policy=guard_policy,
-            compile_timeout_s=compile_timeout,
-            verify_timeout_s=verify_timeout,
-            time_timeout_s=time_timeout,
-            host_mem_mb=host_mem_mb,
-            pch=pch,
-            compile_jobs=unit_jobs,
-            cache_dir=str(cache_dir) if cache_dir else None,
-            keep_dirs=keep_dirs,
-            nproc=max_procs,
-            timing_config=_json_opt(timing_config),
-            workers_per_gpu=workers_per_gpu,
-            rerun_alone=rerun_alone,
-            early_verify=early_start,
-            early_time=early_start,
-            warm_processes=warm_processes,
-            fork_server=fork_server,
-            baseline_compile_mode=baseline_compile_mode,
-            timing_cpus=timing_cpus,
-        )
-    except ValueError as e:  # a setting out of its range: say which, no traceback
-        raise fail(str(e)) from None
+    stream.check()
+    cfg = sandbox_config(
+        backend=backend,
+        trials=max(5, trials),
+        atol=atol,
+        rtol=rtol,
+        norm_tol=norm_tol,
+        stress_trials=stress_trials,
+        shape_check=shape_check,
+        timing=timing,
+        baselines=baselines,
+        guard_policy=guard_policy,
+        compile_timeout_s=compile_timeout,
+        verify_timeout_s=verify_timeout,
+        time_timeout_s=time_timeout,
+        host_mem_mb=host_mem_mb,
+        pch=pch,
+        compile_jobs=unit_jobs,
+        cache_dir=str(cache_dir) if cache_dir else None,
+        keep_dirs=keep_dirs,
+        nproc=max_procs,
+        timing_config=_json_opt(timing_config),
+        workers_per_gpu=workers_per_gpu,
+        rerun_alone=rerun_alone,
+        early_verify=early_start,
+        early_time=early_start,
+        warm_processes=warm_processes,
+        fork_server=fork_server,
+        baseline_compile_mode=baseline_compile_mode,
+        timing_cpus=timing_cpus,
+    )
     try:  # a cache the sandbox's user cannot reach would fail every candidate: say so once
         cache_root(cfg)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--cache-dir") from None
-    pool_cm = open_pool(
-        cfg,
-        gpus=gpus,
-        ray_address=ray_address,
-        ray_workers=ray_workers,
-        compile_workers=compile_jobs,
-        cpu_workers=cpu_workers,
-        workers_per_device=workers_per_gpu,
-    )
-    with pool_cm as pool:
-        eval_stream(
-            pool,
-            input=input,
-            output=output,
-            resume=resume,
-            on_error=on_error,
-            shard=shard_t,
-            claim=claim,
-            window=window,
-            in_order=in_order,
-            desc="sandbox eval",
-        )
+    evaluate_stream(cfg, stream, desc="sandbox eval")
 
 
 @app.command("workspace")

@@ -123,6 +123,13 @@ class HostLock:
                 "every process timing on this host can write, or to off)"
             ) from e
 
+    def create(self) -> None:
+        """Make the lock's files (and its directory) where they are missing, holding nothing: a
+        process that cannot create them (confined, its file system read-only) can then take the
+        lock, since :meth:`acquire` only opens existing files read-only."""
+        for path in (self.turnstile, self.path):
+            os.close(self._open(path))
+
     def acquire(self, exclusive: bool) -> int:
         """Hold the lock (``LOCK_EX`` when ``exclusive``, else ``LOCK_SH``) and return the file
         descriptor that holds it; pass it to :meth:`release`."""

@@ -8,7 +8,7 @@ device, timing alone on it) and writes one result per candidate as soon as it is
 ``-o FILE --resume`` (each result appended and flushed as one line; a candidate whose key is in
 FILE is skipped, so a killed run loses only what was in flight), ``--on-error``, ``--shard``,
 ``--claim``. Progress goes to stderr. The option types below are the flags both commands give
-the pool.
+the pool; :class:`EvalStreamFlags` bundles them (``bundle_options``) for :func:`evaluate_stream`.
 """
 
 from __future__ import annotations
@@ -18,12 +18,21 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from cuda_agent.records import Candidate, ErrorRecord, EvalResult
-from cuda_agent.records.cli_helpers import OnError, StreamStats, fail, in_shard, log, type_name
+from cuda_agent.records.cli_helpers import (
+    OnError,
+    StreamFlags,
+    StreamStats,
+    fail,
+    in_shard,
+    log,
+    parse_shard,
+    type_name,
+)
 from cuda_agent.records.jsonl import DecodeError, RecordWriter, done_keys, read_records
 
 from .config import SandboxConfig
@@ -97,6 +106,39 @@ InOrderOpt = Annotated[
         "are keyed by task and solution id).",
     ),
 ]
+
+TimingCpusOpt = Annotated[
+    str,
+    typer.Option(
+        "--timing-cpus",
+        help="Cores kept for the exclusive timed sections, every other sandbox process running on the rest: auto (2 on a host of 8+ cores, else none) | off | N | a,b (core ids).",
+    ),
+]
+
+
+class EvalStreamFlags(StreamFlags, kw_only=True):
+    """The stream and pool flags of a command that evaluates a candidate stream (``sandbox
+    eval``, ``kernelbench-eval run``), named as the commands' parameters: the command declares
+    each (``--help`` order is its own) and takes them whole with
+    ``bundle_options("stream", EvalStreamFlags)``."""
+
+    gpus: str | None = None
+    compile_jobs: int | None = None
+    cpu_workers: int = 1
+    workers_per_gpu: int = 2
+    window: int | None = None
+    in_order: bool = False
+    ray_address: str | None = None
+    ray_workers: int | None = None
+
+
+def sandbox_config(**settings: Any) -> SandboxConfig:
+    """``SandboxConfig(**settings)``; a setting out of its range ends the command with its
+    message (exit 2), no traceback."""
+    try:
+        return SandboxConfig(**settings)
+    except ValueError as e:
+        raise fail(str(e)) from None
 
 
 def open_pool(
@@ -328,3 +370,37 @@ def eval_stream(
     if stop:
         raise fail(*stop[0])
     return stats
+
+
+def evaluate_stream(
+    cfg: SandboxConfig,
+    flags: EvalStreamFlags,
+    *,
+    finish: Callable[[Candidate, EvalResult], EvalResult] | None = None,
+    desc: str = "eval",
+) -> EvalStats:
+    """Evaluate the candidate stream ``flags`` ask for (:func:`eval_stream`) through the pool
+    they ask for (:func:`open_pool`), the pool closed at the end; see those two for what is
+    guaranteed."""
+    with open_pool(
+        cfg,
+        gpus=flags.gpus,
+        ray_address=flags.ray_address,
+        ray_workers=flags.ray_workers,
+        compile_workers=flags.compile_jobs,
+        cpu_workers=flags.cpu_workers,
+        workers_per_device=flags.workers_per_gpu,
+    ) as pool:
+        return eval_stream(
+            pool,
+            input=flags.input,
+            output=flags.output,
+            resume=flags.resume,
+            on_error=flags.on_error,
+            shard=parse_shard(flags.shard),
+            claim=flags.claim,
+            window=flags.window,
+            in_order=flags.in_order,
+            finish=finish,
+            desc=desc,
+        )
