@@ -79,6 +79,13 @@ class AgentSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> AgentSettings:
         environ = os.environ if environ is None else environ
+        known = {ENV_PREFIX + f.name.upper() for f in fields(cls)}
+        unknown = sorted(k for k in environ if k.startswith(ENV_PREFIX) and k not in known)
+        if unknown:  # a misspelt setting must not be ignored
+            raise ValueError(
+                f"unknown setting(s) {', '.join(unknown)}: the known ones are "
+                f"{', '.join(sorted(known))}"
+            )
         values: dict[str, Any] = {}
         for f in fields(cls):
             raw = environ.get(ENV_PREFIX + f.name.upper())
