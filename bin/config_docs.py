@@ -208,7 +208,7 @@ def struct(path: Path, cls: str) -> Struct:
     node = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls)
     comments = _comments(src)
     s = Struct(cls, path, _clean(ast.get_docstring(node) or ""))
-    prev_end = node.body[0].lineno - 1 if node.body else node.lineno
+    prev_end = node.lineno
     group = ""  # a heading comment: the group of the fields below it
     run_head = ""  # the first field of a run that a comment above describes
     run_end = -1
