@@ -824,7 +824,7 @@ Unknown names are errors everywhere a user writes settings: a misspelt config ke
 | loosen or tighten correctness | `--atol`, `--rtol` (1e-2), `--norm-tol` (`sandbox eval`), `--trials` (5) |
 | a robust evaluation (numerics and shapes) | `--stress-trials --shape-check` |
 | skip timing (correctness only) | `--no-timing` |
-| skip the `torch.compile` baseline | `kernelbench-eval run --no-compile-baseline`; `sandbox.compile_baseline = false` in a training config |
+| skip the `torch.compile` baseline | `kernelbench-eval run --no-compile-baseline`; `sandbox eval --no-baselines` (eager too); `sandbox.compile_baseline = false` in a training config |
 | change the timing protocol | `--timing-config '{"time_cap_s": 3}'` (fields of [TimingConfig](#timingconfig)) |
 | move the build cache / the baseline cache | `--cache-dir` or `CUDA_AGENT_SANDBOX_CACHE`; `CUDA_AGENT_CACHE` |
 | the model to train | `model.actor = "/models/DIR"` and `model.tiny = false`; `--model DIR` for `rft train`, `critic pretrain` |
@@ -1127,6 +1127,12 @@ UNKNOWN = """\
 - verl's `compute_score(..., **reward_kwargs)` accepts and ignores keywords it does not know,
   because verl passes keywords of its own; check the spelling of `service_url`, `backend`,
   `guard_policy`, `timing`, `evaluator` and `reward_scheme`.
+- `kernelbench-eval solutions --jsonl` reads `level`, `problem_id`, `code` or `files`, `format`,
+  `sample` and `origin` from each line and ignores other keys, so that released corpora with
+  columns of their own (CUDA-L1's `ref_code`, its claimed speed-ups) load as they are.
+- `sandbox eval --guard-policy NAME` and `SandboxConfig(guard_policy=NAME)` do not check the
+  name up front: with a misspelt policy every result is an `infra_error` whose message names it
+  (`kernelbench-eval run` and `kernel-service serve` refuse it with exit code 2).
 - The DeepSpeed JSON files (`configs/ds_zero2.json`, `ds_zero3.json`) are read by DeepSpeed,
   which has its own rules; their `"auto"` entries are filled from the trainer's options.
 """

@@ -240,6 +240,12 @@ def run(
             raise fail(f"--timing-config: unknown key(s) {', '.join(bad)}")
     if resume and output is None:
         raise fail("--resume needs -o FILE")
+    from cuda_agent.guards.checks import check_policy
+
+    try:  # a misspelt policy would make every candidate an infra_error: refuse it here
+        check_policy(guard_policy)
+    except ValueError as e:
+        raise fail(f"--guard-policy: {e}") from None
     shard_t = parse_shard(shard)
     try:
         cfg = SandboxConfig(
