@@ -1124,9 +1124,9 @@ UNKNOWN = """\
 - `TimingConfig.from_dict` ignores unknown keys: it reads settings that the trusted evaluator
   wrote for its own worker processes. Every path a user writes them through
   (`--timing-config`, `SandboxConfig.timing_config`) rejects an unknown key first.
-- verl's `compute_score(..., **reward_kwargs)` accepts and ignores keywords it does not know,
-  because verl passes keywords of its own; check the spelling of `service_url`, `backend`,
-  `guard_policy`, `timing`, `evaluator` and `reward_scheme`.
+- verl's `compute_score(..., **reward_kwargs)` accepts any further keyword and ignores it: check
+  the spelling of `service_url`, `backend`, `guard_policy`, `timing`, `evaluator` and
+  `reward_scheme` in `custom_reward_function.reward_kwargs`.
 - `kernelbench-eval solutions --jsonl` reads `level`, `problem_id`, `code` or `files`, `format`,
   `sample` and `origin` from each line and ignores other keys, so that released corpora with
   columns of their own (CUDA-L1's `ref_code`, its claimed speed-ups) load as they are.
