@@ -1056,6 +1056,11 @@ def section_structs(cmds: list[Cmd]) -> str:
         "source.",
         "",
     ]
+    ppo_path = PKG / "ppo/src/cuda_agent/ppo/config.py"
+    for sec in struct(ppo_path, "PPOConfig").fields:
+        name = re.search(r"default_factory=(\w+)", sec.default) or re.match(r"(\w+)", sec.default)
+        for f in struct(ppo_path, name.group(1)).fields:
+            HELP.setdefault(f"`{sec.name}.{f.name}`", f.doc)
     for rel, cls, how, unknown in STRUCTS:
         path = PKG / rel
         st = struct(path, cls)
@@ -1066,7 +1071,9 @@ def section_structs(cmds: list[Cmd]) -> str:
             for c in cmds:
                 if c.path in ("rft train", "critic pretrain"):
                     for o in c.opts:
-                        reach.setdefault(o.name, []).append(f"`{c.path} {long_flag(o)}`")
+                        label = f"`{c.path} {long_flag(o)}`"
+                        reach.setdefault(o.name, []).append(label)
+                        HELP.setdefault(label, o.help)
         if cls == "AgentSettings":
             reach = {f.name: [f"`CUDA_AGENT_OPENRLHF_{f.name.upper()}`"] for f in st.fields}
         mod = path.relative_to(ROOT)
@@ -1078,7 +1085,9 @@ def section_structs(cmds: list[Cmd]) -> str:
             by = reach.get(f.name, [])
             doc = f.doc
             if not doc or (doc.startswith("(") and doc.endswith(")")):
-                doc = next((HELP[b] for b in by if HELP.get(b)), doc)
+                # a command's help first: a config key's comment speaks for its own use
+                ordered = sorted(by, key=lambda b: " " not in b)
+                doc = next((HELP[b] for b in ordered if HELP.get(b)), doc)
             default = defaults.get(f.name, f.default)
             rows.append(
                 [code(f.name), code(pytype(f.type)), code(default), cell(", ".join(by)), cell(doc)]
