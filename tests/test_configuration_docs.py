@@ -146,3 +146,61 @@ def test_every_guard_code_is_explained():
     assert not [c for c in codes if f"| `{c}` |" not in guards], "docs/guards.md"
     missing = [c for c in codes if f"`{c}`" not in todo]
     assert not missing, f"guard codes missing from docs/evaluating.md's advice: {missing}"
+
+
+def _doc_commands(text: str):
+    """(line, command path, options) of every toolkit command in the fenced shell blocks."""
+    for block in re.finditer(r"```(?:bash|sh|shell|console)\n(.*?)```", text, re.S):
+        body = re.sub(r"\\\n\s*", " ", block.group(1))
+        first = text[: block.start()].count("\n") + 2
+        for i, line in enumerate(body.splitlines()):
+            line = line.split(" #", 1)[0]
+            for seg in re.split(r"\|\||&&|[|;&]|\$\(|\)", line):
+                yield first + i, seg.split()
+
+
+def test_documented_commands_use_real_options(gen):
+    """Every `COMMAND SUBCOMMAND --option` in a shell block of the user docs exists."""
+    cmds = {c.path: c for c in gen.commands()}
+    names = {n for n, _ in gen.CLIS}
+    modules = {m: n for n, m in gen.CLIS}
+    known = {
+        p: {f for o in c.opts for f in re.split(r"[/, ]+", o.flags) if f.startswith("-")}
+        for p, c in cmds.items()
+    }
+    files = [
+        ROOT / "README.md",
+        *sorted(DOCS.glob("*.md")),
+        *sorted(ROOT.glob("packages/*/README.md")),
+    ]
+    scripts = {s: gen.script_flags(ROOT / s) for s in gen.SCRIPT_OPTIONS}
+    wrong = []
+    for f in files:
+        for ln, toks in _doc_commands(f.read_text()):
+            for k, tok in enumerate(toks):
+                script = next((s for s in scripts if tok.endswith(s)), None)
+                if script:
+                    for t in toks[k + 1 :]:
+                        opt = t.split("=", 1)[0]
+                        if opt.startswith("-") and opt not in scripts[script] + ["--help"]:
+                            wrong.append(f"{f.name}:{ln}: `{script}` has no option {opt}")
+                    break
+                cli = modules.get(toks[k + 1]) if tok == "-m" and k + 1 < len(toks) else None
+                if tok in names and (k == 0 or toks[k - 1] in ("run", "time", "nice")):
+                    cli, start = tok, k + 1
+                elif cli:
+                    start = k + 2
+                else:
+                    continue
+                if start >= len(toks) or f"{cli} {toks[start]}" not in cmds:
+                    if start < len(toks) and not toks[start].startswith("-"):
+                        wrong.append(f"{f.name}:{ln}: no command `{cli} {toks[start]}`")
+                    break
+                path = f"{cli} {toks[start]}"
+                for t in toks[start + 1 :]:
+                    opt = t.split("=", 1)[0]
+                    bad = re.fullmatch(r"--?[A-Za-z][\w-]*", opt) and opt not in known[path]
+                    if bad and opt not in ("--help", "-h"):
+                        wrong.append(f"{f.name}:{ln}: `{path}` has no option {opt}")
+                break
+    assert not wrong, "\n".join(wrong)
