@@ -587,8 +587,9 @@ ENV_VARS: dict[str, tuple[str, str, str]] = {
     ),
     "CUDA_AGENT_LINKER": (
         "sandbox",
-        "the linker of extension modules: `fast` (probe mold, lld, gold; the default for cpu "
-        "modules), `default` (the compiler's own), or a `-fuse-ld` name",
+        "the linker of extension modules: `fast` (the first of mold, lld, gold that links; the "
+        "default for cpu modules), `default` (the compiler's own; the default for cuda "
+        "modules), or a `-fuse-ld` name",
         "none (environment only)",
     ),
     "CUDA_AGENT_LINK_STUBS": (

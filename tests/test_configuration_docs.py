@@ -1,5 +1,6 @@
 """docs/ answers from the code: docs/configuration.md holds every setting (and is what
-bin/config_docs.py writes), and every result status and guard code is explained."""
+bin/config_docs.py writes), every result status and guard code is explained, and every command
+and option the docs' shell blocks use exists."""
 
 from __future__ import annotations
 
