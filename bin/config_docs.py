@@ -466,6 +466,14 @@ STRUCTS: list[tuple[str, str, str, str]] = [
     ),
 ]
 
+# what an option without a help text of its own does ("command --option" -> text)
+OPTION_NOTES: dict[str, str] = {
+    "sandbox eval --atol": "Absolute tolerance: an element is correct when |c - r| <= atol + rtol * |r|.",
+    "sandbox eval --rtol": "Relative tolerance (see --atol).",
+    "opsynth import-ops6k --ref-threshold": "Drop a task whose Jaccard similarity to a KernelBench "
+    "problem is at least this (with --kernelbench).",
+}
+
 # flags that reach a field but are not found in a constructor call (computed first)
 EXTRA_REACH: dict[str, dict[str, list[str]]] = {
     "SandboxConfig": {"backend": ["`sandbox.backend`"]},
@@ -1024,7 +1032,7 @@ def section_commands(cmds: list[Cmd]) -> str:
             continue
         rows = []
         for o in c.opts:
-            meaning = o.help
+            meaning = o.help or OPTION_NOTES.get(f"{c.path} {long_flag(o)}", "")
             if o.hidden:
                 meaning = (meaning + " (hidden from `--help`)").strip()
             if o.envvar:

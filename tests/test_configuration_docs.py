@@ -205,3 +205,14 @@ def test_documented_commands_use_real_options(gen):
                         wrong.append(f"{f.name}:{ln}: `{path}` has no option {opt}")
                 break
     assert not wrong, "\n".join(wrong)
+
+
+def test_every_option_says_what_it_does(gen):
+    """An option without a help text (and no note in bin/config_docs.py) is undocumented."""
+    bare = [
+        f"{c.path} {gen.long_flag(o)}"
+        for c in gen.commands()
+        for o in c.opts
+        if not o.help and not o.hidden and f"{c.path} {gen.long_flag(o)}" not in gen.OPTION_NOTES
+    ]
+    assert not bare, f"options without a help text: {bare}"
