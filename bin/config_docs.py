@@ -474,6 +474,36 @@ OPTION_NOTES: dict[str, str] = {
     "problem is at least this (with --kernelbench).",
 }
 
+# what a field without a comment does, for the packages whose sources this page does not edit
+FIELD_NOTES: dict[str, dict[str, str]] = {
+    "SandboxConfig": {
+        "timing_sets": "how many of the trials' input sets the timing uses",
+        "tmp_root": "where each evaluation's scratch directory is made (None: the system temp dir)",
+        "no_network": "candidates' processes run without network",
+        "drop_user": "started as root, run candidates as a leased unprivileged uid",
+    },
+    "FilterConfig": {
+        "window_ms": "the eager-time window a task must fall in (None: the backend's default, "
+        "`opsynth filter --min-ms/--max-ms`)",
+        "max_rescales": "how many times a task outside the window is rescaled before it is dropped",
+    },
+    "ProbeConfig": {
+        "device": "cpu or cuda",
+        "time": "time the task's eager forward",
+        "time_budget_s": "seconds of eager timing",
+    },
+    "DedupConfig": {
+        "num_perm": "MinHash permutations per signature",
+        "bands": "LSH bands (num_perm / bands rows each)",
+    },
+    "LLMConfig": {
+        "api_key_env": "the environment variable holding the API key",
+        "temperature": "sampling temperature of the composing model",
+        "timeout_s": "seconds per request",
+        "retries": "retries of a failed request",
+    },
+}
+
 # flags that reach a field but are not found in a constructor call (computed first)
 EXTRA_REACH: dict[str, dict[str, list[str]]] = {
     "SandboxConfig": {"backend": ["`sandbox.backend`"]},
@@ -1097,6 +1127,9 @@ def section_structs(cmds: list[Cmd]) -> str:
                 # a command's help first: a config key's comment speaks for its own use
                 ordered = sorted(by, key=lambda b: " " not in b)
                 doc = next((HELP[b] for b in ordered if HELP.get(b)), doc)
+            doc = doc or FIELD_NOTES.get(cls, {}).get(f.name, "")
+            if doc.startswith("(") and f.name in FIELD_NOTES.get(cls, {}):
+                doc = FIELD_NOTES[cls][f.name]
             default = defaults.get(f.name, f.default)
             rows.append(
                 [code(f.name), code(pytype(f.type)), code(default), cell(", ".join(by)), cell(doc)]
