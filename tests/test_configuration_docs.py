@@ -216,3 +216,10 @@ def test_every_option_says_what_it_does(gen):
         if not o.help and not o.hidden and f"{c.path} {gen.long_flag(o)}" not in gen.OPTION_NOTES
     ]
     assert not bare, f"options without a help text: {bare}"
+
+
+def test_every_row_of_the_page_says_what_it_does(page):
+    """No key, option, field or variable without a meaning (a comment in the source, a help
+    text, or a note in bin/config_docs.py)."""
+    empty = [ln for ln in page.splitlines() if ln.startswith("| `") and ln.endswith("|  |")]
+    assert not empty, "rows without a meaning:\n" + "\n".join(empty)
