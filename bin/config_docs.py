@@ -456,13 +456,13 @@ STRUCTS: list[tuple[str, str, str, str]] = [
         "adapters/src/cuda_agent/adapters/verifiers.py",
         "KernelTasksetConfig",
         "verifiers' `--env.taskset.*` options, or `load_environment(...)` keywords",
-        "validated by verifiers' own config classes",
+        "an unknown name is an error (verifiers' pydantic config: `extra_forbidden`)",
     ),
     (
         "adapters/src/cuda_agent/adapters/verifiers.py",
         "KernelTaskConfig",
         "verifiers' `--env.taskset.task.*` options, or `load_environment(...)` keywords",
-        "validated by verifiers' own config classes",
+        "an unknown name is an error (verifiers' pydantic config: `extra_forbidden`)",
     ),
 ]
 
