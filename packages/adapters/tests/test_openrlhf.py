@@ -165,3 +165,12 @@ def test_through_openrlhfs_multi_turn_executor(envs, scale_add_task, tmp_path):
     # each generation saw the whole context so far: prompt, actions and feedback
     for (start, _), seen in zip(out["action_ranges"], engine.prompts, strict=True):
         assert out["observation_tokens"][:start] == seen
+
+
+def test_settings_from_env_reject_an_unknown_variable():
+    from cuda_agent.adapters.openrlhf import AgentSettings
+
+    s = AgentSettings.from_env({"CUDA_AGENT_OPENRLHF_MAX_TURNS": "3", "OTHER": "x"})
+    assert s.max_turns == 3
+    with pytest.raises(ValueError, match="CUDA_AGENT_OPENRLHF_MAXTURNS"):
+        AgentSettings.from_env({"CUDA_AGENT_OPENRLHF_MAXTURNS": "3"})

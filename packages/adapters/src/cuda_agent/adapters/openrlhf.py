@@ -65,13 +65,13 @@ class AgentSettings:
 
     envs: str = ""  # a factory registered with common.register_workspace_envs
     service: str = ""  # a kernel-service URL (its workspaces), token from $token_env
-    token_env: str = "CUDA_AGENT_SERVICE_TOKEN"
-    backend: str = "auto"  # local workspaces: the sandbox backend, guards, timing
-    guard_policy: str = "strict"
-    timing: bool = True
+    token_env: str = "CUDA_AGENT_SERVICE_TOKEN"  # the variable holding the service's token
+    backend: str = "auto"  # local workspaces: the sandbox backend (cuda | cpu | auto)
+    guard_policy: str = "strict"  # local workspaces: strict | kernelbench | off
+    timing: bool = True  # local workspaces: time correct kernels (rewards above 1 need it)
     workdir: str = ""  # local workspaces' directory ($TMPDIR/cuda-agent-workspaces)
     max_turns: int = 30  # the episode is evaluated after this many actions
-    reward_scheme: str = "paper"
+    reward_scheme: str = "paper"  # paper | speedup | log-speedup (cuda_agent.reward)
     results: str = ""  # a JSONL file that each evaluated episode's EvalResult is appended to
     turn_template: str = CHATML_TURN  # {observation}: the tool responses
     tokenizer: str = ""  # an HF tokenizer path: its chat template's turn boundary instead
@@ -79,6 +79,13 @@ class AgentSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> AgentSettings:
         environ = os.environ if environ is None else environ
+        known = {ENV_PREFIX + f.name.upper() for f in fields(cls)}
+        unknown = sorted(k for k in environ if k.startswith(ENV_PREFIX) and k not in known)
+        if unknown:  # a misspelt setting must not be ignored
+            raise ValueError(
+                f"unknown setting(s) {', '.join(unknown)}: the known ones are "
+                f"{', '.join(sorted(known))}"
+            )
         values: dict[str, Any] = {}
         for f in fields(cls):
             raw = environ.get(ENV_PREFIX + f.name.upper())

@@ -62,12 +62,12 @@ class KernelTaskConfig(vf.TaskConfig):
     """How a kernel task is scored (``--env.taskset.task.*``): the evaluator and the reward."""
 
     backend: str = "auto"  # cuda | cpu | auto: the prompt's kernel language and the local pool's
-    guard_policy: str = "strict"
+    guard_policy: str = "strict"  # strict | kernelbench | off
     timing: bool = True  # a local pool's timing (the speed-up rewards need it)
     service_url: str = ""  # evaluate on this kernel-service instead of a local pool
     token_env: str = "CUDA_AGENT_SERVICE_TOKEN"  # the service's bearer token's variable
     evaluator: str = ""  # an evaluator given to load_environment / common.register_evaluator
-    reward_scheme: str = "paper"
+    reward_scheme: str = "paper"  # paper | speedup | log-speedup (cuda_agent.reward)
 
 
 class KernelTaskData(vf.TaskData):
@@ -134,10 +134,10 @@ def trace_text(trace: vf.Trace) -> str:
 class KernelTasksetConfig(vf.TasksetConfig):
     """Which kernel tasks load (``--env.taskset.*``)."""
 
-    id: str = TASKSET_ID
+    id: str = TASKSET_ID  # the taskset's name in verifiers
     tasks: str | list[str] = []  # a tasks JSONL path, or Task records as JSON strings
     include_skill: bool = True  # SKILL.md as the system prompt (False: one short line)
-    task: KernelTaskConfig = KernelTaskConfig()
+    task: KernelTaskConfig = KernelTaskConfig()  # how each task is scored (below)
 
 
 class KernelTaskset(vf.Taskset[KernelTask, KernelTasksetConfig]):

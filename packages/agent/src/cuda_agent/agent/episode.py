@@ -68,7 +68,7 @@ class EpisodeConfig:
     max_context_tokens: int = 131_072
     max_new_tokens: int = 4096  # per turn
     max_policy_tokens: int | None = None  # per episode
-    bash_timeout: float = 300.0
+    bash_timeout: float = 300.0  # seconds a Bash tool call may run
     max_idle_turns: int = 3  # consecutive turns with no tool call before stopping
     evaluate: bool = True
     include_skill: bool = (

@@ -48,8 +48,8 @@ class RolloutCfg(_Cfg):
     max_turns: int = 200  # the paper: up to ~200 turns
     max_new_tokens: int = 4096  # per turn
     max_context: int = 131072  # the paper: 128k tokens
-    temperature: float = 1.0
-    top_p: float = 1.0
+    temperature: float = 1.0  # sampling temperature of the rollout
+    top_p: float = 1.0  # nucleus sampling (1.0: off)
     include_skill: bool = True  # SKILL.md in the prompt (False: the no-skill ablation)
 
     def __post_init__(self) -> None:
@@ -58,13 +58,15 @@ class RolloutCfg(_Cfg):
 
 
 class SandboxCfg(_Cfg):
-    backend: Literal["auto", "cuda", "cpu"] = "auto"
+    backend: Literal["auto", "cuda", "cpu"] = "auto"  # auto: cuda when a GPU and nvcc exist
+    # the anti-hacking rules of the episodes' evaluations (docs/guards.md)
     guard_policy: Literal["strict", "kernelbench", "off"] = "strict"
     timing: bool = True  # time candidates (needed for rewards above 1)
     compile_baseline: bool | None = None  # None: on for cuda, off for cpu
 
 
 class RewardCfg(_Cfg):
+    # paper: -1 / 1 / 2 / 3 (incorrect, correct, faster than eager, faster than both baselines)
     scheme: Literal["paper", "speedup", "log-speedup"] = "paper"
     threshold: float = 0.05  # "faster" means more than 5% faster
     use_ci: bool = True  # decide on the speed-up CI's lower end when present
@@ -74,24 +76,24 @@ class PPOCfg(_Cfg):
     steps: int = 1  # PPO steps (rollout + update)
     epochs: int = 1  # K: passes over each step's samples
     minibatches: int = 1  # optimizer steps per epoch (samples split evenly)
-    actor_lr: float = 1e-6
-    critic_lr: float = 1e-5
-    eps_low: float = 0.2  # the paper's asymmetric clip
-    eps_high: float = 0.28
+    actor_lr: float = 1e-6  # actor learning rate (constant)
+    critic_lr: float = 1e-5  # critic learning rate (constant)
+    eps_low: float = 0.2  # the paper's asymmetric clip: ratio >= 1 - eps_low
+    eps_high: float = 0.28  # and ratio <= 1 + eps_high
     dual_clip: float | None = None  # e.g. 3.0; off by default
     value_clip: float | None = 0.2  # clipped value loss; None: plain squared error
     tis_cap: float | None = (
         2.0  # truncated importance sampling between rollout and trainer log-probs
     )
-    gamma: float = 1.0
-    lam: float = 1.0
+    gamma: float = 1.0  # GAE discount (also `critic pretrain --gamma` in bin/train_all.sh)
+    lam: float = 1.0  # GAE lambda (also `critic pretrain --lambda`)
     kl_coef: float = (
         0.0  # KL to the reference model: off by default, always logged when a ref exists
     )
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"  # the per-token KL estimate of the KL term
     entropy_coef: float = 0.0  # entropy bonus: off by default, entropy always logged
-    whiten_advantages: bool = True
-    max_grad_norm: float = 1.0
+    whiten_advantages: bool = True  # advantages scaled to mean 0, std 1 over the step
+    max_grad_norm: float = 1.0  # gradient-norm clip of actor and critic
     critic_warmup_steps: int = 0  # steps that train only the critic
     use_critic: bool = True  # False: advantages are reward - mean reward of the step (no critic)
     per_turn_samples: bool = False  # train each turn as its own sample (prefix as context)
@@ -99,17 +101,17 @@ class PPOCfg(_Cfg):
 
 
 class TrainCfg(_Cfg):
-    out: str = "runs/ppo"
+    out: str = "runs/ppo"  # the run directory: checkpoints, metrics, trajectories, final/
     device: str = "auto"  # auto | cpu | cuda
     precision: Literal["auto", "bf16", "fp32"] = "auto"  # auto: bf16 autocast on CUDA, fp32 on CPU
-    grad_ckpt: bool = False
+    grad_ckpt: bool = False  # activation checkpointing (memory for time)
     # DeepSpeed JSON for actor and critic (configs/ds_zero2.json, ds_zero3.json); None: plain
     # PyTorch (one process, or plain data parallelism with an all-reduce under torchrun)
     deepspeed: str | None = None
     save_every: int = 1  # checkpoint every N steps (and at the end)
-    keep_checkpoints: int = 2
-    seed: int = 0
-    tensorboard: bool = True
+    keep_checkpoints: int = 2  # the newest N checkpoints are kept
+    seed: int = 0  # sampling and initialisation seed
+    tensorboard: bool = True  # also write TensorBoard events (when tensorboard is installed)
 
 
 class PipelineCfg(_Cfg):
@@ -126,14 +128,14 @@ class PipelineCfg(_Cfg):
     warmup_steps: int = 50  # single-turn PPO warm-up steps (0: skip the stage)
     collect_samples: int = 4  # agent episodes per task for RFT / critic data
     collect_tasks: int = 0  # tasks used for collection (0: all)
-    rft_lr: float = 1e-5
-    rft_epochs: float = 2.0
+    rft_lr: float = 1e-5  # `rft train --lr`: peak learning rate
+    rft_epochs: float = 2.0  # `rft train --epochs`: passes over the kept trajectories
     rft_min_reward: float = 0.0  # keep trajectories with reward > this
-    critic_lr: float = 1e-5
-    critic_epochs: float = 1.0
+    critic_lr: float = 1e-5  # `critic pretrain --lr`: peak learning rate
+    critic_epochs: float = 1.0  # `critic pretrain --epochs`
     deepspeed: str | None = None  # DeepSpeed JSON for rft / critic (e.g. configs/ds_zero2.json)
     kernelbench: str | None = None  # a KernelBench checkout: evaluate the final actor on it
-    kb_levels: str = "1,2,3"
+    kb_levels: str = "1,2,3"  # KernelBench levels of the eval stage
     kb_problems: str | None = None  # e.g. "1-10" for a quick look
 
 

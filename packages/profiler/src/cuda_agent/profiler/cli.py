@@ -138,7 +138,12 @@ def time_cmd(
     time_cap: TimeCapOpt = 10.0,
     target_rse: RseOpt = 0.005,
     warmup_ms: WarmupOpt = 200.0,
-    cuda_graph: Annotated[GraphMode, typer.Option("--cuda-graph")] = GraphMode.auto,
+    cuda_graph: Annotated[
+        GraphMode,
+        typer.Option(
+            "--cuda-graph", help="Replay calls from a CUDA graph: auto (short programs), on, off."
+        ),
+    ] = GraphMode.auto,
     flush: Annotated[bool, typer.Option("--flush/--no-flush", help="Flush L2 per call.")] = True,
     sol: Annotated[
         bool,
@@ -295,8 +300,13 @@ def ncu_cmd(
     from_csv: Annotated[
         Path | None, typer.Option("--from-csv", help="Summarise a saved ncu CSV instead.")
     ] = None,
-    timeout: Annotated[float, typer.Option("--timeout")] = 300.0,
-    max_kernels: Annotated[int, typer.Option("--max-kernels")] = 15,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds for the profiled run.")
+    ] = 300.0,
+    max_kernels: Annotated[
+        int,
+        typer.Option("--max-kernels", help="Kernels listed in the text summary, longest first."),
+    ] = 15,
 ) -> None:
     """Per-kernel summary of one forward call (ncu --clock-control none; torch.profiler fallback)."""
     from .ncu import parse_ncu_csv, profile_program, summary_text
@@ -323,7 +333,9 @@ def ncu_cmd(
 @app.command("ceilings")
 def ceilings_cmd(
     device: DeviceOpt = "cuda",
-    recompute: Annotated[bool, typer.Option("--recompute")] = False,
+    recompute: Annotated[
+        bool, typer.Option("--recompute", help="Measure again instead of reading the cache.")
+    ] = False,
 ) -> None:
     """Measured copy bandwidth and matmul TFLOP/s (cached), next to the datasheet on stderr."""
     from .sol import datasheet_for, get_ceilings

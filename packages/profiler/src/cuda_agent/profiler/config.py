@@ -57,10 +57,10 @@ class TimingConfig:
     throttle_rel: float = 0.10
     max_discard_fraction: float = 0.5
     # cross-checks
-    thread_join_timeout_s: float = 30.0
+    thread_join_timeout_s: float = 30.0  # wait for threads a timed call started to finish
     async_min_fraction: float = 0.1  # share of calls with async work that switches to global times
     settle_ms: float = 0.5  # sleep after each CUDA call before checking for deferred work
-    deferred_threshold_ms: float = 0.1
+    deferred_threshold_ms: float = 0.1  # a device sync after settle_ms longer than this: deferred
     # share of calls that must show deferred work for the flag: the median can only be a call
     # whose work was deferred when at least half of the calls deferred theirs, while a host-side
     # stall of the timing process (page reclaim beside a multi-GB problem: seen on the H200 in

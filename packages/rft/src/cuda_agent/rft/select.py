@@ -51,10 +51,10 @@ class SelectConfig:
     max_same_write: int = 2  # identical content written to one path at most this many times
     max_schema_violations: int = 0  # summed over ``schema_counters``
     max_truncated_turns: int = 0  # turns cut by the per-turn token limit (counter)
-    error_stop_reasons: tuple[str, ...] = ERROR_STOP_REASONS
+    error_stop_reasons: tuple[str, ...] = ERROR_STOP_REASONS  # stop reasons that drop an episode
     truncation_stop_reasons: tuple[str, ...] = TRUNCATION_STOP_REASONS
-    schema_counters: tuple[str, ...] = SCHEMA_COUNTERS
-    write_tools: tuple[str, ...] = WRITE_TOOLS
+    schema_counters: tuple[str, ...] = SCHEMA_COUNTERS  # counters of malformed tool calls
+    write_tools: tuple[str, ...] = WRITE_TOOLS  # tools whose writes max_same_write counts
 
 
 class Drop(msgspec.Struct, kw_only=True, tag_field="kind", tag="rft_drop"):

@@ -85,6 +85,12 @@ class SandboxConfig:
         from .runner import STRESS_VARIANTS
 
         resolve(self.timing_cpus)  # a ValueError naming the setting and this host's cores
+        from cuda_agent.guards.checks import check_policy
+
+        try:  # a misspelt policy would make every candidate an infra_error: refused here
+            check_policy(self.guard_policy)
+        except ValueError as e:
+            raise ValueError(f"guard_policy: {e}") from None
 
         st = self.stress_trials
         names = STRESS_VARIANTS if st is True else () if st is False else tuple(st)

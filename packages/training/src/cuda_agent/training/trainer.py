@@ -55,7 +55,7 @@ class TrainConfig:
     min_lr_ratio: float = 0.1
     warmup_steps: int = 0
     weight_decay: float = 0.0
-    adam_betas: tuple[float, float] = (0.9, 0.95)
+    adam_betas: tuple[float, float] = (0.9, 0.95)  # AdamW's betas
     max_grad_norm: float = 1.0
     epochs: float = 1.0
     max_steps: int | None = None
@@ -66,7 +66,7 @@ class TrainConfig:
     deepspeed: Path | None = None
     save_every: int = 0  # 0: only at the end (and at --stop-after)
     keep_checkpoints: int = 2
-    log_every: int = 1
+    log_every: int = 1  # a metrics.jsonl line every N optimizer steps (and the last)
     seed: int = 0
     device: str = "auto"
     stop_after: int | None = None  # optimizer steps in this invocation, then checkpoint and exit
