@@ -280,8 +280,10 @@ def _chains(node: ast.AST) -> set[str]:
 
 
 def _calls(fn_node: ast.AST, cls: str) -> list[dict[str, ast.AST]]:
-    """The keyword arguments of every ``cls(...)`` call, and dict literals handed to
+    """The keyword arguments of every ``cls(...)`` call (or of its snake-case factory, e.g.
+    ``sandbox_config(...)`` for ``SandboxConfig``), and dict literals handed to
     ``cls.from_dict`` (their string keys), in ``fn_node``."""
+    factory = re.sub(r"(?<!^)(?=[A-Z])", "_", cls).lower()
     out = []
     for n in ast.walk(fn_node):
         if isinstance(n, ast.Call):
@@ -289,7 +291,7 @@ def _calls(fn_node: ast.AST, cls: str) -> list[dict[str, ast.AST]]:
             fname = (
                 f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
             )
-            if fname == cls:
+            if fname in (cls, factory):
                 out.append({k.arg: k.value for k in n.keywords if k.arg})
         if isinstance(n, ast.Dict) and cls + ".from_dict" in ast.unparse(fn_node):
             keys = [k.value for k in n.keys if isinstance(k, ast.Constant)]
@@ -312,7 +314,8 @@ def reached_by(cls: str, cmds: list[Cmd]) -> dict[str, list[str]]:
         if c.callback is None:
             continue
         try:
-            fn_node = ast.parse(textwrap.dedent(inspect.getsource(c.callback)))
+            fn = getattr(c.callback, "bundled_fn", c.callback)  # records.bundle_options
+            fn_node = ast.parse(textwrap.dedent(inspect.getsource(fn)))
         except (OSError, TypeError):
             continue
         by_param = {o.name: o for o in c.opts}
@@ -722,12 +725,6 @@ ENV_VARS: dict[str, tuple[str, str, str]] = {
         "agent, opsynth",
         "the API key of `openai:` / `server:` policies and of `opsynth compose --llm`",
         "none (environment only; `LLMConfig.api_key_env` names another variable)",
-    ),
-    "OPSYNTH_TIMING_LOCK": (
-        "opsynth",
-        "a lock file that parallel `opsynth filter` workers on one GPU hold while timing "
-        "(`bin/synth_data.sh` sets one per GPU)",
-        "none (environment only)",
     ),
     "NCU": ("profiler", "the Nsight Compute binary of `profiler ncu`", "none (environment only)"),
     "CXX": ("sandbox", "the host C++ compiler (default `g++`)", "none (environment only)"),
@@ -1181,9 +1178,6 @@ UNKNOWN = """\
 - `kernelbench-eval solutions --jsonl` reads `level`, `problem_id`, `code` or `files`, `format`,
   `sample` and `origin` from each line and ignores other keys, so that released corpora with
   columns of their own (CUDA-L1's `ref_code`, its claimed speed-ups) load as they are.
-- `sandbox eval --guard-policy NAME` and `SandboxConfig(guard_policy=NAME)` do not check the
-  name up front: with a misspelt policy every result is an `infra_error` whose message names it
-  (`kernelbench-eval run` and `kernel-service serve` refuse it with exit code 2).
 - The DeepSpeed JSON files (`configs/ds_zero2.json`, `ds_zero3.json`) are read by DeepSpeed,
   which has its own rules; their `"auto"` entries are filled from the trainer's options.
 """

@@ -105,6 +105,7 @@ def bundle_options(name: str, bundle: Callable[..., Any]) -> Callable[[Callable[
         command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in params}
         del command.__wrapped__  # typer must read the signature above, not fn's
+        command.bundled_fn = fn  # type: ignore[attr-defined]  # for tools that read fn's source
         return command
 
     return decorate
