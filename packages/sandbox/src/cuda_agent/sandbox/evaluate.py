@@ -49,7 +49,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from cuda_agent.profiler.cpus import install as install_timing_cpus
 from cuda_agent.profiler.cpus import kept as kept_cpus
@@ -427,72 +427,110 @@ def prepare(
 
 
 def _prepare(p: Prepared, slot: int) -> None:
-    cfg, c = p.config, p.candidate
+    """:func:`prepare`'s steps: static guards, a fresh directory with the solution in it, the
+    build; the first that ends the evaluation sets ``p.result``."""
+    if _static_guards_reject(p):
+        return
+    cache = _make_dirs(p)
+    if p.result is not None:
+        return
+    if p.candidate.solution.format == "workdir":
+        _build_workdir(p, cache)
+    else:
+        _compile_kernelbench(p, cache, slot)
+
+
+def _static_guards_reject(p: Prepared) -> bool:
+    """Run the static guards (unless the policy is off; stage ``static_guards``); True, with
+    ``guard_violation`` as ``p.result``, when a finding rejects."""
+    cfg = p.config
     t = time.monotonic()
     if cfg.guard_policy != "off":
-        p.guards, p.meta["own_kernels"] = _static_guards(c, cfg.guard_policy)
+        p.guards, p.meta["own_kernels"] = _static_guards(p.candidate, cfg.guard_policy)
     p.stages["static_guards"] = time.monotonic() - t
-    if any(g.severity == "reject" for g in p.guards):
-        p.result = _result(
-            p,
-            Status.GUARD_VIOLATION,
-            "; ".join(f"{g.code}: {g.message}" for g in p.guards if g.severity == "reject"),
-        )
-        return
-    root = Path(tempfile.mkdtemp(prefix="sbx-", dir=cfg.tmp_root))
+    if not any(g.severity == "reject" for g in p.guards):
+        return False
+    p.result = _result(
+        p,
+        Status.GUARD_VIOLATION,
+        "; ".join(f"{g.code}: {g.message}" for g in p.guards if g.severity == "reject"),
+    )
+    return True
+
+
+def _make_dirs(p: Prepared) -> Path:
+    """The evaluation's directory (``p.root``, with ``private/``) and the solution materialised
+    in it (``p.work``; a bad solution: ``compile_error`` as ``p.result``); returns the cache
+    directory, created."""
+    c = p.candidate
+    root = Path(tempfile.mkdtemp(prefix="sbx-", dir=p.config.tmp_root))
     os.chmod(root, 0o711)
     p.root = root
     (root / "private").mkdir(mode=0o700)
-    cache = cache_root(cfg)
+    cache = cache_root(p.config)
     cache.mkdir(parents=True, exist_ok=True)
     try:
         p.work = materialise(c.task, c.solution, root / "work", p.backend)
     except SolutionError as e:
         p.compile = CompileDetail(ok=False, log_tail=str(e))
         p.result = _result(p, Status.COMPILE_ERROR, f"solution files: {e}")
-        return
+        return cache
     os.chmod(p.work, 0o755)
+    return cache
+
+
+def _build_workdir(p: Prepared, cache: Path) -> None:
+    """Build a workdir solution (:func:`build.build_workdir`) into ``work/build``; stage
+    ``compile``, ``meta["build"]``, ``compile_error`` on failure."""
+    assert p.work is not None
+    cfg = p.config
     t = time.monotonic()
-    if c.solution.format == "workdir":
-        b = build_workdir(
-            p.work,
-            p.work / "build",
-            backend=p.backend,
-            cache=build_cache(cache),
-            jobs=cfg.compile_jobs,
-            timeout_s=cfg.compile_timeout_s,
-            pch=cfg.pch,
-            # compilers run as leased unprivileged uids (build.build_workdir)
-            limits=_limits(cfg, cfg.compile_timeout_s, p.backend),
+    b = build_workdir(
+        p.work,
+        p.work / "build",
+        backend=p.backend,
+        cache=build_cache(cache),
+        jobs=cfg.compile_jobs,
+        timeout_s=cfg.compile_timeout_s,
+        pch=cfg.pch,
+        # compilers run as leased unprivileged uids (build.build_workdir)
+        limits=_limits(cfg, cfg.compile_timeout_s, p.backend),
+    )
+    os.chmod(p.work / "build", 0o755)
+    p.compile = CompileDetail(
+        ok=b.ok, seconds=b.seconds, log_tail=cap_text(b.log, LOG_TAIL), cached=b.cached
+    )
+    p.meta["build"] = {
+        "units": b.units,
+        "pch": b.pch,
+        "linker": flags_for(p.backend).linker,
+        # who the compilers and the linker ran as (build.build_workdir)
+        "compilers_as": b.compilers_as or "none ran (all cached)",
+        **(
+            {"link_s": round(b.link_seconds, 3), "link_stubs": b.link_stubs}
+            if b.link_seconds
+            else {}
+        ),
+    }
+    p.stages["compile"] = time.monotonic() - t
+    if not b.ok:
+        msg = (
+            f"compile time limit ({cfg.compile_timeout_s:.0f}s) exceeded"
+            if b.timed_out
+            else "compilation failed"
         )
-        os.chmod(p.work / "build", 0o755)
-        p.compile = CompileDetail(
-            ok=b.ok, seconds=b.seconds, log_tail=cap_text(b.log, LOG_TAIL), cached=b.cached
-        )
-        p.meta["build"] = {
-            "units": b.units,
-            "pch": b.pch,
-            "linker": flags_for(p.backend).linker,
-            # who the compilers and the linker ran as (build.build_workdir)
-            "compilers_as": b.compilers_as or "none ran (all cached)",
-            **(
-                {"link_s": round(b.link_seconds, 3), "link_stubs": b.link_stubs}
-                if b.link_seconds
-                else {}
-            ),
-        }
-        p.stages["compile"] = time.monotonic() - t
-        if not b.ok:
-            msg = (
-                f"compile time limit ({cfg.compile_timeout_s:.0f}s) exceeded"
-                if b.timed_out
-                else "compilation failed"
-            )
-            p.result = _result(p, Status.COMPILE_ERROR, msg)
-        return
-    # kernelbench: import model_new.py in a GPU-less confined process; its load_inline builds run
-    # into the content-keyed cache, where the verify and timing processes find them. A module
-    # that builds no extension (pure Python, Triton) has nothing to compile here.
+        p.result = _result(p, Status.COMPILE_ERROR, msg)
+
+
+def _compile_kernelbench(p: Prepared, cache: Path, slot: int) -> None:
+    """Import a kernelbench solution's ``model_new.py`` in a GPU-less confined process: its
+    ``load_inline`` builds run into the solution's content-keyed cache, where the verify and
+    timing processes find them. A module that builds no extension (pure Python, Triton) has
+    nothing to compile here. Stage ``compile``, ``meta["build"]``, ``p.compile``, and the
+    result when it failed (:func:`_kernelbench_compile_verdict`)."""
+    assert p.root is not None and p.work is not None
+    cfg, c, root = p.config, p.candidate, p.root
+    t = time.monotonic()
     src = c.solution.files.get("model_new.py", "")
     if not _BUILDS_EXTENSION.search(src):
         p.compile = CompileDetail(
@@ -502,7 +540,7 @@ def _prepare(p: Prepared, slot: int) -> None:
         return
     kb_cache, triton = _extension_caches(cache, c.solution.id)
     tmp = root / "tmp_compile"
-    prepare_writable(tmp, slot, _limits(p.config, 1, p.backend))
+    prepare_writable(tmp, slot, _limits(cfg, 1, p.backend))
     env = _candidate_env(tmp, None, p.backend, triton)
     env["CUDA_VISIBLE_DEVICES"] = ""
     spec = {
@@ -530,6 +568,16 @@ def _prepare(p: Prepared, slot: int) -> None:
     p.meta["build"] = {
         "kernelbench": [{k: v for k, v in b.items() if k != "error"} for b in builds]
     }
+    _kernelbench_compile_verdict(p, out, rep, builds)
+
+
+def _kernelbench_compile_verdict(
+    p: Prepared, out: Outcome, rep: dict[str, Any], builds: list[dict[str, Any]]
+) -> None:
+    """``p.compile`` from the compile process's outcome and report, and ``p.result`` when it
+    failed: ``compile_error`` (time limit, a failed build), ``runtime_error`` (the import died
+    without a report), ``infra_error`` (an error of the op itself)."""
+    cfg = p.config
     failed = [b for b in builds if b.get("error")]
     cached = bool(builds) and all(b.get("hit") for b in builds)
     if out.timed_out:
@@ -1299,110 +1347,240 @@ def _run_on_device(
     mem_fraction: float | None,
     early_time: list[_TimeOp],
 ) -> EvalResult:
-    cfg, c = p.config, p.candidate
-    assert p.root is not None and p.work is not None
-    root, work = p.root, p.work
-    cache = cache_root(cfg)
-    device = "cuda" if p.backend == "cuda" else "cpu"
-    io = root / "io"
-    tmp = root / "tmp"
-    lim_c = _limits(cfg, 1, p.backend)
-    prepare_writable(io, slot, lim_c)
-    prepare_writable(tmp, slot, lim_c)
-    kb_cache, triton = _extension_caches(cache, c.solution.id)
-    env = _candidate_env(tmp, gpu, p.backend, triton)
-    cand_writable = [io, tmp, kb_cache, triton]
-    n_trials = max(5, cfg.trials)
+    """One run of the device half, as its steps: reference -> admission -> verification and
+    comparison -> verdict from the trials and guards -> baseline -> timing -> re-check ->
+    result. A timing process started early is appended to ``early_time`` (the caller ends it
+    when it was not needed)."""
+    cfg = p.config
+    d = _device_run(p, gpu, slot, turn, mem_fraction)
+    early = _EarlyVerify(d.root / "shared") if p.ref_state is None and _early_verify(cfg) else None
+    # 1. reference (or the first run's), the verification process started alongside if early
+    rs = _reference(d, early)
+    if isinstance(rs, EvalResult):
+        return rs
+    # 2. candidate verification, a confined process receiving only seeds, init inputs, weights,
+    # its outputs compared by the judge as they appear
+    room = _admit(d, rs, early)
+    if isinstance(room, EvalResult):
+        return room
+    try:
+        v = _verify_and_compare(d, rs, early)
+    finally:
+        room.__exit__(None, None, None)
+    if (r := _comparison_failed(p, v, early)) is not None:
+        return r
+    # the baseline decides whether the candidate is graph-timed, so it is known before timing;
+    # only a cached one is read this early (a failing candidate measures none)
+    base = _known_baseline(p.candidate, cfg, p.backend, gpu)
+    _start_timing_early(d, rs, v, base, early_time)
+    chk = _correctness(p, rs, v)
+    if (r := _verification_failed(p, v, chk.corr)) is not None:
+        return r
+    if (r := _trials_verdict(p, chk)) is not None:
+        return r
+    if not cfg.timing:
+        return _result(p, Status.OK, "correct (timing skipped)", correctness=chk.corr)
+    # 3. timing in a fresh process, then the re-check of a call made after the timed ones
+    base = _baseline_for_timing(d, base)
+    recheck = _Recheck(d, rs)
+    tm = _time(d, rs, base, early_time, recheck)
+    if (r := _timing_failed(p, tm, chk.corr)) is not None:
+        return r
+    verdict = _recheck_verdict(d, recheck, chk.corr)
+    if isinstance(verdict, EvalResult):
+        return verdict
+    timing, speed_e, speed_c = _timing_detail(p, tm.rep, base)
+    return _timed_result(d, verdict, chk.corr, timing, speed_e, speed_c)
 
-    def cand_spec_for(trials: list, init_seed: int, init_path: Path, sd_path: Path) -> dict:
-        # 2. candidate verification, a confined process receiving only seeds, init inputs, weights
+
+@dataclass
+class _DeviceRun:
+    """What every step of one device run shares: the candidate's directories, environment and
+    caches, and how each process that runs the candidate's code is confined."""
+
+    p: Prepared
+    gpu: str | None
+    slot: int
+    turn: _Turn
+    mem_fraction: float | None
+    device: str  # "cuda" or "cpu", as the runner's ops name it
+    root: Path
+    work: Path
+    io: Path
+    env: dict[str, str]
+    kb_cache: Path
+    writable: list[Path]  # all a candidate's process may write
+
+    def cand_spec(
+        self, trials: list, init_seed: int, init_path: Path, sd_path: Path
+    ) -> dict[str, Any]:
+        """The verification's spec (``candidate`` op): it receives only the trials' seeds, the
+        init inputs and the reference's weights."""
+        p, work = self.p, self.work
         return {
             "op": "candidate",
             "ref_path": str(work / "model.py"),
             "workdir": str(work),
-            "module_dir": str(work / "build") if c.solution.format == "workdir" else None,
-            "format": c.solution.format,
-            "kb_cache": str(kb_cache),
-            "device": device,
+            "module_dir": str(work / "build") if p.candidate.solution.format == "workdir" else None,
+            "format": p.candidate.solution.format,
+            "kb_cache": str(self.kb_cache),
+            "device": self.device,
             "backend": p.backend,
             "init_seed": init_seed,
             "init_path": str(init_path),
             "sd_path": str(sd_path),
             "trials": trials,
-            "io_dir": str(io),
-            "guard_policy": cfg.guard_policy,
+            "io_dir": str(self.io),
+            "guard_policy": p.config.guard_policy,
             "own_kernels": p.meta.get("own_kernels") or [],
-            "report": str(io / "candidate.report.json"),
-            "mem_fraction": mem_fraction,
-            "judge_failed_path": str(root / "shared" / "judge.failed"),
+            "report": str(self.io / "candidate.report.json"),
+            "mem_fraction": self.mem_fraction,
+            "judge_failed_path": str(self.root / "shared" / "judge.failed"),
         }
 
-    def confined(timeout_s: float, hidden: list[Path]) -> dict[str, Any]:
-        # how every process that runs the candidate's code is confined
-        lim = _limits(cfg, timeout_s, p.backend)
+    def ref_spec(self, rs: _RefState) -> dict[str, Any]:
+        """:meth:`cand_spec` for the reference's products ``rs``."""
+        return self.cand_spec(rs.trials, rs.init_seed, rs.init_path, rs.sd_path)
+
+    def confined(self, timeout_s: float, hidden: list[Path]) -> dict[str, Any]:
+        """:func:`_run_op`'s keywords for a process that runs the candidate's code."""
+        cfg = self.p.config
         return dict(
-            cwd=work,
-            env=env,
-            limits=lim,
-            slot=slot,
-            writable=cand_writable,
+            cwd=self.work,
+            env=self.env,
+            limits=_limits(cfg, timeout_s, self.p.backend),
+            slot=self.slot,
+            writable=self.writable,
             hidden=hidden,
             warm=cfg.warm_spares(),
             fork=cfg.fork_server,
         )
 
     def verify(
-        spec: dict, hidden: list[Path], extend: Any = None
+        self, spec: dict, hidden: list[Path], extend: Any = None
     ) -> tuple[Outcome, dict[str, Any]]:
-        with turn.shared("verify"):
-            return _run_op(spec, root, extend=extend, **confined(cfg.verify_timeout_s, hidden))
-
-    rs = p.ref_state
-    early = _EarlyVerify(root / "shared") if rs is None and _early_verify(cfg) else None
-    if rs is None:
-        on_start = None
-        if early is not None:
-
-            def on_start(trials: list, init_seed: int, init_path: Path, sd_path: Path) -> None:
-                # the reference's outputs are covered by a mount in this process's view (the
-                # condition of an early start), so it may start before they exist
-                spec = _early_start_spec(
-                    cand_spec_for(trials, init_seed, init_path, sd_path),
-                    early.start,
-                    early.abort,
-                    cfg.reference_timeout_s + 30.0,
-                )
-                # its time limit counts from the start signal (the wait is the reference's)
-                early.run(verify, spec, [root / "private"], early.waited)
-
-        try:
-            got = _reference_phase(
-                p, env, slot, turn, mem_fraction, device, n_trials, on_start=on_start
+        """Run the verification process ``spec`` to its end under the shared gate."""
+        with self.turn.shared("verify"):
+            return _run_op(
+                spec,
+                self.root,
+                extend=extend,
+                **self.confined(self.p.config.verify_timeout_s, hidden),
             )
-        except BaseException:
-            if early is not None:
-                early.cancel()
-            raise
+
+    def judge(self, rs: _RefState, name: str, files: list[tuple[str, int]]) -> _Judge:
+        """A judge of the candidate's output ``files`` (file, trial), in the reference's private
+        directory."""
+        private = str(self.root / "private")
+        env = dict(self.env, HOME=private, TMPDIR=private)
+        return _Judge(self.p, name, files, rs, env, self.slot, self.device, self.mem_fraction)
+
+    def time_op(self, rs: _RefState, base: Any) -> _TimeOp:
+        """The timing process, its protocol decided with the baseline ``base`` (None: unknown)."""
+        cfg = self.p.config
+        tspec = dict(
+            self.ref_spec(rs),
+            op="time",
+            report=str(self.io / "time.report.json"),
+            timing_config=_timing_config(cfg, self.p.backend, base),
+            timing_sets=cfg.timing_sets,
+            timing_cpus=list(kept_cpus()),
+        )
+        return _TimeOp(tspec, self.root, self.io, **self.confined(cfg.time_timeout_s, rs.hidden))
+
+
+def _device_run(
+    p: Prepared, gpu: str | None, slot: int, turn: _Turn, mem_fraction: float | None
+) -> _DeviceRun:
+    """The run's surroundings: ``io`` and ``tmp`` made writable by the slot's uid, the
+    solution's extension caches, the candidate's environment."""
+    assert p.root is not None and p.work is not None
+    cache = cache_root(p.config)
+    io, tmp = p.root / "io", p.root / "tmp"
+    lim_c = _limits(p.config, 1, p.backend)
+    prepare_writable(io, slot, lim_c)
+    prepare_writable(tmp, slot, lim_c)
+    kb_cache, triton = _extension_caches(cache, p.candidate.solution.id)
+    return _DeviceRun(
+        p=p,
+        gpu=gpu,
+        slot=slot,
+        turn=turn,
+        mem_fraction=mem_fraction,
+        device="cuda" if p.backend == "cuda" else "cpu",
+        root=p.root,
+        work=p.work,
+        io=io,
+        env=_candidate_env(tmp, gpu, p.backend, triton),
+        kb_cache=kb_cache,
+        writable=[io, tmp, kb_cache, triton],
+    )
+
+
+def _reference(d: _DeviceRun, early: _EarlyVerify | None) -> _RefState | EvalResult:
+    """The reference's products: computed now (:func:`_compute_reference`) or, on a re-run
+    alone, the first run's (``meta["reference_reused"]``); or the result when it failed.
+    Sets ``meta`` ``device`` and ``isolation``."""
+    p = d.p
+    rs = p.ref_state
+    if rs is None:
+        got = _compute_reference(d, early)
         if isinstance(got, EvalResult):
-            if early is not None:
-                early.cancel()
             return got
         rs = p.ref_state = got
     else:
         p.meta["reference_reused"] = True  # a re-run alone: same secret trials, same outputs
     p.meta["device"] = rs.device_name
     p.meta["isolation"] = rs.isolation
-    trials, init_seed, hidden = rs.trials, rs.init_seed, rs.hidden
-    init_path, sd_path = rs.init_path, rs.sd_path
-    judge_env = dict(env, HOME=str(root / "private"), TMPDIR=str(root / "private"))
+    return rs
 
-    def judge(name: str, files: list[tuple[str, int]]) -> _Judge:
-        return _Judge(p, name, files, rs, judge_env, slot, device, mem_fraction)
 
+def _compute_reference(d: _DeviceRun, early: _EarlyVerify | None) -> _RefState | EvalResult:
+    """:func:`_reference_phase`; with ``early``, the verification process starts inside the
+    reference's hold, waiting for its start signal, and is cancelled if the reference fails
+    or raises."""
+    cfg = d.p.config
+    on_start = None
+    if early is not None:
+
+        def on_start(trials: list, init_seed: int, init_path: Path, sd_path: Path) -> None:
+            # the reference's outputs are covered by a mount in this process's view (the
+            # condition of an early start), so it may start before they exist
+            spec = _early_start_spec(
+                d.cand_spec(trials, init_seed, init_path, sd_path),
+                early.start,
+                early.abort,
+                cfg.reference_timeout_s + 30.0,
+            )
+            # its time limit counts from the start signal (the wait is the reference's)
+            early.run(d.verify, spec, [d.root / "private"], early.waited)
+
+    n_trials = max(5, cfg.trials)
+    try:
+        got = _reference_phase(
+            d.p, d.env, d.slot, d.turn, d.mem_fraction, d.device, n_trials, on_start=on_start
+        )
+    except BaseException:
+        if early is not None:
+            early.cancel()
+        raise
+    if isinstance(got, EvalResult) and early is not None:
+        early.cancel()
+    return got
+
+
+def _admit(d: _DeviceRun, rs: _RefState, early: _EarlyVerify | None) -> Any:
+    """The verification's reservation (``admission``: device memory, host memory, disk),
+    entered (stage ``admission_wait``); the caller exits it. When there is no room: the
+    ``infra_error`` result, ``early`` cancelled."""
+    p = d.p
     need = admission.verification_need(rs.input_bytes, rs.output_bytes, rs.param_bytes, p.backend)
     try:
         room = admission.reserve(
-            need, gpu=_gpu_index(p.backend, gpu), disk_at=io, timeout_s=cfg.admission_timeout_s
+            need,
+            gpu=_gpu_index(p.backend, d.gpu),
+            disk_at=d.io,
+            timeout_s=p.config.admission_timeout_s,
         )
         waited = room.__enter__()
     except admission.NoRoom as e:
@@ -1410,65 +1588,96 @@ def _run_on_device(
             early.cancel()
         return _result(p, Status.INFRA_ERROR, f"sandbox out of resources (verification): {e}")
     p.stages["admission_wait"] = waited
+    return room
+
+
+class _Verified(NamedTuple):
+    """The verification process's and the judge's outcomes and reports."""
+
+    out: Outcome
+    rep: dict[str, Any]
+    jout: Outcome
+    jrep: dict[str, Any]
+    t_wall: float  # wall-clock time the ``verify`` stage started
+
+
+def _verify_and_compare(d: _DeviceRun, rs: _RefState, early: _EarlyVerify | None) -> _Verified:
+    """The candidate's verification process (``early``'s, let go, when one waits) and the judge
+    comparing its outputs as they appear; stages ``verify`` (the candidate's process) and
+    ``compare`` (the judge's work after it ended)."""
+    p = d.p
+    t, t_wall = time.monotonic(), time.time()
+    verdicts = d.judge(rs, "judge", [(f"out_{i}.pt", i) for i in range(len(rs.trials))])
+    verdicts.start()
     try:
-        t, t_wall = time.monotonic(), time.time()
-        verdicts = judge("judge", [(f"out_{i}.pt", i) for i in range(len(trials))])
-        verdicts.start()
-        try:
-            if early is not None:  # started by the reference phase, waiting, warm
-                out, rep = early.go()  # the stage counts from here
-                p.meta["verify_started_early"] = True
-            else:
-                out, rep = verify(cand_spec_for(trials, init_seed, init_path, sd_path), hidden)
-        finally:
-            verdicts.candidate_done()
-        p.stages["verify"] = time.monotonic() - t
-        t_compare = time.monotonic()
-        jout, jrep = verdicts.join()
-        # the judge's work after the candidate's process ended (the rest overlapped it)
-        p.stages["compare"] = time.monotonic() - t_compare
+        if early is not None:  # started by the reference phase, waiting, warm
+            out, rep = early.go()  # the stage counts from here
+            p.meta["verify_started_early"] = True
+        else:
+            out, rep = d.verify(d.ref_spec(rs), rs.hidden)
     finally:
-        room.__exit__(None, None, None)
-    _record_phases(p, "verify", rep, stage_t0=t_wall if early is not None else None)
-    _record_phases(p, "judge", jrep, life_s=p.stages["verify"] + p.stages["compare"])
-    p.meta["isolation"] = out.isolation
-    if not jrep.get("ok"):
-        return _result(p, Status.INFRA_ERROR, "comparison failed: " + _error_text(jout, jrep))
+        verdicts.candidate_done()
+    p.stages["verify"] = time.monotonic() - t
+    t_compare = time.monotonic()
+    jout, jrep = verdicts.join()
+    # the judge's work after the candidate's process ended (the rest overlapped it)
+    p.stages["compare"] = time.monotonic() - t_compare
+    return _Verified(out, rep, jout, jrep, t_wall)
 
-    def time_op(b: Any) -> _TimeOp:
-        tspec = dict(
-            cand_spec_for(trials, init_seed, init_path, sd_path),
-            op="time",
-            report=str(io / "time.report.json"),
-            timing_config=_timing_config(cfg, p.backend, b),
-            timing_sets=cfg.timing_sets,
-            timing_cpus=list(kept_cpus()),
-        )
-        return _TimeOp(tspec, root, io, **confined(cfg.time_timeout_s, hidden))
 
-    # the baseline decides whether the candidate is graph-timed, so it is known before timing;
-    # only a cached one is read this early (a failing candidate measures none)
-    base = _known_baseline(c, cfg, p.backend, gpu)
+def _comparison_failed(p: Prepared, v: _Verified, early: _EarlyVerify | None) -> EvalResult | None:
+    """Records where the verification's and the judge's time went; the ``infra_error`` result
+    when the judge failed, else None."""
+    _record_phases(p, "verify", v.rep, stage_t0=v.t_wall if early is not None else None)
+    _record_phases(p, "judge", v.jrep, life_s=p.stages["verify"] + p.stages["compare"])
+    p.meta["isolation"] = v.out.isolation
+    if not v.jrep.get("ok"):
+        return _result(p, Status.INFRA_ERROR, "comparison failed: " + _error_text(v.jout, v.jrep))
+    return None
+
+
+def _start_timing_early(
+    d: _DeviceRun, rs: _RefState, v: _Verified, base: Any, early_time: list[_TimeOp]
+) -> None:
+    """Start the timing process now, appended to ``early_time``, when it is asked for early, the
+    verification process ended well and the baseline that decides its protocol is known (or
+    none is wanted)."""
+    cfg = d.p.config
     if (
         cfg.timing
         and cfg.early_time
-        and out.returncode == 0
-        and rep.get("ok")
+        and v.out.returncode == 0
+        and v.rep.get("ok")
         and (base is not None or not _wants_baseline(cfg))
     ):
         # the timing process imports torch while the outputs are compared (3 s on the H200)
-        early_time.append(time_op(base))
+        early_time.append(d.time_op(rs, base))
         early_time[0].start_early(start_timeout_s=cfg.verify_timeout_s + 600.0)
+
+
+class _Checked(NamedTuple):
+    """The verification's correctness detail, its trials, and the stress trials' meta."""
+
+    corr: CorrectnessDetail
+    details: list[TrialDetail]
+    stress: dict[str, Any] | None
+
+
+def _correctness(p: Prepared, rs: _RefState, v: _Verified) -> _Checked:
+    """The judge's per-trial verdicts as the correctness detail (passed only when every trial
+    passed and the candidate's process ended well); adds the judge's and the process's guard
+    findings to ``p.guards``, and ``meta`` ``stress_trials`` and ``state_dict``."""
+    cfg, trials, rep, jrep = p.config, rs.trials, v.rep, v.jrep
     details = [
         TrialDetail(
             variant=tr["variant"],
-            passed=bool(v.get("passed")),
-            max_abs_err=v.get("max_abs_err"),
-            max_rel_err=v.get("max_rel_err"),
-            rel_norm_err=v.get("rel_norm_err"),
-            message=str(v.get("message") or "")[:500],
+            passed=bool(tv.get("passed")),
+            max_abs_err=tv.get("max_abs_err"),
+            max_rel_err=tv.get("max_rel_err"),
+            rel_norm_err=tv.get("rel_norm_err"),
+            message=str(tv.get("message") or "")[:500],
         )
-        for tr, v in zip(trials, jrep.get("trials") or [], strict=False)
+        for tr, tv in zip(trials, jrep.get("trials") or [], strict=False)
     ]
     p.guards.extend(_parse_guards(jrep.get("guards")))
     stress = _stress_meta(trials, jrep.get("trials") or [])
@@ -1476,17 +1685,24 @@ def _run_on_device(
         p.meta["stress_trials"] = stress
     passed = (
         len(details) == len(trials)
-        and all(d.passed for d in details)
+        and all(t.passed for t in details)
         and rep.get("ok") is True
-        and out.returncode == 0
+        and v.out.returncode == 0
     )
     corr = CorrectnessDetail(
         passed=passed, atol=cfg.atol, rtol=cfg.rtol, trials=details, seconds=p.stages["verify"]
     )
     if rep.get("state_dict"):
         p.meta["state_dict"] = rep["state_dict"]
-    runtime_guards = _parse_guards(rep.get("guards"))
-    p.guards.extend(runtime_guards)
+    p.guards.extend(_parse_guards(rep.get("guards")))
+    return _Checked(corr, details, stress)
+
+
+def _verification_failed(p: Prepared, v: _Verified, corr: CorrectnessDetail) -> EvalResult | None:
+    """The result when the verification process timed out (``timeout``) or failed
+    (``infra_error`` when the failure is the sandbox's, else ``runtime_error``); None when it
+    ended well."""
+    out, rep, cfg = v.out, v.rep, p.config
     if out.timed_out:
         corr.message = f"verification exceeded {cfg.verify_timeout_s:.0f}s"
         return _result(
@@ -1495,26 +1711,33 @@ def _run_on_device(
             corr.message + f" (at {rep.get('stage', 'start')})" if rep else corr.message,
             correctness=corr,
         )
-    if out.returncode != 0 or not rep.get("ok"):
-        corr.message = _error_text(out, rep)
-        if failed_in_setup(rep):
-            return _setup_failure(p, "verification", corr.message, corr)
-        if ran_out_in_probe(rep, corr.message):
-            return _result(
-                p,
-                Status.INFRA_ERROR,
-                "out of device memory in the guards' probe (the evaluator's re-runs after every "
-                "trial passed through the candidate): " + corr.message.splitlines()[0][:400],
-                correctness=corr,
-            )
+    if out.returncode == 0 and rep.get("ok"):
+        return None
+    corr.message = _error_text(out, rep)
+    if failed_in_setup(rep):
+        return _setup_failure(p, "verification", corr.message, corr)
+    if ran_out_in_probe(rep, corr.message):
         return _result(
             p,
-            Status.RUNTIME_ERROR,
-            f"candidate failed ({out.describe()}): " + corr.message.splitlines()[0][:500]
-            if corr.message
-            else out.describe(),
+            Status.INFRA_ERROR,
+            "out of device memory in the guards' probe (the evaluator's re-runs after every "
+            "trial passed through the candidate): " + corr.message.splitlines()[0][:400],
             correctness=corr,
         )
+    return _result(
+        p,
+        Status.RUNTIME_ERROR,
+        f"candidate failed ({out.describe()}): " + corr.message.splitlines()[0][:500]
+        if corr.message
+        else out.describe(),
+        correctness=corr,
+    )
+
+
+def _trials_verdict(p: Prepared, chk: _Checked) -> EvalResult | None:
+    """``guard_violation`` when a finding rejects, ``incorrect`` when a trial failed (named by
+    the first failing trial; a stress trial's failure said so); None when all is correct."""
+    corr, details, stress = chk
     rejects = [g for g in p.guards if g.severity == "reject"]
     if rejects:
         return _result(
@@ -1523,41 +1746,71 @@ def _run_on_device(
             "; ".join(f"{g.code}: {g.message}" for g in rejects)[:2000],
             correctness=corr,
         )
-    if not passed:
-        first = next((d for d in details if not d.passed), None)
-        corr.message = first.message if first else "incorrect"
-        at = details.index(first) if first else -1
-        if first is not None and stress is not None and first.variant in stress["variants"]:
-            # a plain trial's failure is reported first: this one failed only under stress
-            corr.message = f"stress trial {first.variant} (trial {at}): {corr.message}"
-            return _result(p, Status.INCORRECT, corr.message, correctness=corr)
-        return _result(
-            p,
-            Status.INCORRECT,
-            f"trial {at if first else '?'} ({first.variant if first else ''}): {corr.message}",
-            correctness=corr,
-        )
-    if not cfg.timing:
-        return _result(p, Status.OK, "correct (timing skipped)", correctness=corr)
-    # 3. timing in a fresh process, then the re-check of a call made after the timed ones
-    if base is None and _wants_baseline(cfg):
+    if corr.passed:
+        return None
+    first = next((t for t in details if not t.passed), None)
+    corr.message = first.message if first else "incorrect"
+    at = details.index(first) if first else -1
+    if first is not None and stress is not None and first.variant in stress["variants"]:
+        # a plain trial's failure is reported first: this one failed only under stress
+        corr.message = f"stress trial {first.variant} (trial {at}): {corr.message}"
+        return _result(p, Status.INCORRECT, corr.message, correctness=corr)
+    return _result(
+        p,
+        Status.INCORRECT,
+        f"trial {at if first else '?'} ({first.variant if first else ''}): {corr.message}",
+        correctness=corr,
+    )
+
+
+def _baseline_for_timing(d: _DeviceRun, base: Any) -> Any:
+    """``base``, or, when baselines are wanted and none is known yet, the task's baseline
+    measured (or read) now (stage ``baseline``)."""
+    p = d.p
+    if base is None and _wants_baseline(p.config):
         t = time.monotonic()
-        base = _baseline(c, cfg, p.backend, gpu, turn)
+        base = _baseline(p.candidate, p.config, p.backend, d.gpu, d.turn)
         p.stages["baseline"] = time.monotonic() - t
-    t, t_wall = time.monotonic(), time.time()
-    timer = early_time[0] if early_time else time_op(base)
-    rechecked: dict[str, Any] = {}
+    return base
 
-    def recheck() -> None:
-        t_r = time.monotonic()
-        j = judge("recheck", [("timed_out.pt", 0)])
+
+class _Recheck:
+    """The re-check: the judge on the output of a call the timing process made after its timed
+    calls. Called once, inside the timed hold or after it; :attr:`result` is the judge's
+    (outcome, report) once it ran, :attr:`seconds` its time."""
+
+    def __init__(self, d: _DeviceRun, rs: _RefState):
+        self.d, self.rs = d, rs
+        self.result: tuple[Outcome, dict[str, Any]] | None = None
+        self.seconds = 0.0
+
+    def __call__(self) -> None:
+        t = time.monotonic()
+        j = self.d.judge(self.rs, "recheck", [("timed_out.pt", 0)])
         j.candidate_done()  # the timing process has ended: its file is there or never
-        rechecked["result"] = j.run()
-        rechecked["s"] = time.monotonic() - t_r
+        self.result = j.run()
+        self.seconds = time.monotonic() - t
 
-    out, rep, waited = timer.run(turn, then=recheck)
-    # from the start signal when early; the re-check inside the hold is a stage of its own
-    p.stages["time"] = time.monotonic() - t - waited - rechecked.get("s", 0.0)
+
+class _Timed(NamedTuple):
+    """The timing process's outcome and report, and the seconds it waited for the gate."""
+
+    out: Outcome
+    rep: dict[str, Any]
+    waited: float
+
+
+def _time(
+    d: _DeviceRun, rs: _RefState, base: Any, early_time: list[_TimeOp], recheck: _Recheck
+) -> _Timed:
+    """Run the timing process (the one started early, if any) to its end, ``recheck`` inside
+    its exclusive hold when it ended well; stages ``time`` (from the start signal when early;
+    neither the gate waits nor the re-check) and ``time_wait``, and the timing's ``meta``."""
+    p = d.p
+    t, t_wall = time.monotonic(), time.time()
+    timer = early_time[0] if early_time else d.time_op(rs, base)
+    out, rep, waited = timer.run(d.turn, then=recheck)
+    p.stages["time"] = time.monotonic() - t - waited - recheck.seconds
     p.stages["time_wait"] = waited
     _record_phases(p, "time", rep, stage_t0=t_wall if early_time else None, gate_wait=waited)
     if kept_cpus():  # where the timing ran (profiler.cpus): the kept cores, the rest elsewhere
@@ -1570,31 +1823,49 @@ def _run_on_device(
         p.meta["time_started_early"] = round(timer.pre_start_s, 3)  # seconds it waited warm
     if isinstance(rep.get("timed_wall"), list):
         p.meta["timed_wall"] = [round(float(x), 6) for x in rep["timed_wall"][:2]]
+    return _Timed(out, rep, waited)
+
+
+def _timing_failed(p: Prepared, tm: _Timed, corr: CorrectnessDetail) -> EvalResult | None:
+    """The result when the timing process timed out, waited too long for the device (the
+    parent's own measure) or failed; None when it ended well."""
+    out, rep = tm.out, tm.rep
     if out.timed_out:
         return _result(
-            p, Status.TIMEOUT, f"timing exceeded {cfg.time_timeout_s:.0f}s", correctness=corr
+            p, Status.TIMEOUT, f"timing exceeded {p.config.time_timeout_s:.0f}s", correctness=corr
         )
-    if waited >= GO_TIMEOUT_S - 1.0:  # the parent's own measure: a candidate cannot claim it
+    if tm.waited >= GO_TIMEOUT_S - 1.0:  # the parent's own measure: a candidate cannot claim it
         return _result(
             p,
             Status.INFRA_ERROR,
             "the timing process waited too long for the device: " + _error_text(out, rep)[:500],
             correctness=corr,
         )
-    if out.returncode != 0 or not rep.get("ok"):
-        if failed_in_setup(rep):
-            return _setup_failure(p, "timing", _error_text(out, rep), corr)
-        return _result(
-            p,
-            Status.RUNTIME_ERROR,
-            "candidate failed while timed: " + _error_text(out, rep).splitlines()[0][:500],
-            correctness=corr,
-        )
-    if "result" not in rechecked:
-        with turn.shared("recheck"):
+    if out.returncode == 0 and rep.get("ok"):
+        return None
+    if failed_in_setup(rep):
+        return _setup_failure(p, "timing", _error_text(out, rep), corr)
+    return _result(
+        p,
+        Status.RUNTIME_ERROR,
+        "candidate failed while timed: " + _error_text(out, rep).splitlines()[0][:500],
+        correctness=corr,
+    )
+
+
+def _recheck_verdict(
+    d: _DeviceRun, recheck: _Recheck, corr: CorrectnessDetail
+) -> dict[str, Any] | EvalResult:
+    """The re-check's verdict on the timed output (run now, shared, unless the timed hold ran
+    it; stage ``recheck``), or the result when it failed (``infra_error``) or found the output
+    wrong (``incorrect``)."""
+    p = d.p
+    if recheck.result is None:
+        with d.turn.shared("recheck"):
             recheck()
-    jout, jrep = rechecked["result"]
-    p.stages["recheck"] = rechecked["s"]
+    assert recheck.result is not None
+    jout, jrep = recheck.result
+    p.stages["recheck"] = recheck.seconds
     if not jrep.get("ok"):
         return _result(p, Status.INFRA_ERROR, "re-check failed: " + _error_text(jout, jrep))
     v = (jrep.get("trials") or [{"passed": False, "message": "no verdict"}])[0]
@@ -1602,6 +1873,14 @@ def _run_on_device(
         corr.passed = False
         corr.message = "output after the timed calls is wrong: " + str(v.get("message"))[:500]
         return _result(p, Status.INCORRECT, corr.message, correctness=corr)
+    return v
+
+
+def _timing_detail(
+    p: Prepared, rep: dict[str, Any], base: Any
+) -> tuple[TimingDetail, float | None, float | None]:
+    """The timing detail of the timing process's report and, with baselines, the speed-ups
+    over eager and compiled (None where unknown), compared as the candidate was timed."""
     cand_stats = TimingStats(
         **{k: val for k, val in rep["stats"].items() if k in TimingStats.__struct_fields__}
     )
@@ -1612,7 +1891,7 @@ def _run_on_device(
         seconds=p.stages["time"],
     )
     speed_e = speed_c = None
-    if cfg.baselines:
+    if p.config.baselines:
         b = base
         if b is not None:
             timing.eager, timing.compile = _comparable_baseline(b, cand_stats)
@@ -1625,13 +1904,27 @@ def _run_on_device(
                 speed_c = timing.compile.median_ms / cand_stats.median_ms
                 timing.speedup_vs_compile_ci = _ratio_ci(timing.compile, cand_stats)
                 p.meta["baseline_compile_mode"] = b.compile_mode  # what speed_c compares with
+    return timing, speed_e, speed_c
+
+
+def _timed_result(
+    d: _DeviceRun,
+    v: dict[str, Any],
+    corr: CorrectnessDetail,
+    timing: TimingDetail,
+    speed_e: float | None,
+    speed_c: float | None,
+) -> EvalResult:
+    """``ok`` ("correct and timed"), or ``guard_violation`` when the timing guards (speed of
+    light, roofline) reject the timing; ``v`` is the re-check's verdict."""
     from cuda_agent.guards.api import timing_checks
 
+    p, cfg, c = d.p, d.p.config, d.p.candidate
     # the judge measured the output's real storage on the file it compared (a value the
     # candidate's process reports itself would let it lower its own floor)
     stored = v.get("storage_bytes")
     bound, roofline = (
-        _speed_of_light_ms(c, p.backend, gpu, turn, stored if isinstance(stored, int) else None)
+        _speed_of_light_ms(c, p.backend, d.gpu, d.turn, stored if isinstance(stored, int) else None)
         if cfg.guard_policy != "off"
         else (None, None)
     )
