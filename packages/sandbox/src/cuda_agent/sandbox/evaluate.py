@@ -14,6 +14,14 @@ Baselines come from the profiler (trusted process, cached).
 The two halves are separate so a pool can overlap them: :func:`prepare` (CPU: static guards,
 materialise, compile) and :func:`run_on_device` (reference, verify, time).
 
+The module reads top to bottom: :func:`evaluate`, then :func:`prepare` and its steps, then
+:func:`run_on_device`, the re-run alone, and ``_run_on_device``, whose body is the device half's
+steps in order (reference, admission, verification and comparison, the verdict of the trials
+and guards, baseline, timing, re-check, result), each a function below it; then the shape
+check, the processes the phases run (the gate turn, the early-started timing and verification
+processes, the judge), and the helpers they share. What the evaluator asks of the profiler
+(baselines, timing protocol, speed-of-light floor) is :mod:`.profiling`.
+
 Several device halves may share one device (``SandboxPool(workers_per_device=N)``). They meet at
 the device's gate (``gate.DeviceGate``): the reference, the verification and the timing process's
 start-up (import, build, input pool) hold it shared and may overlap other candidates' phases; the
@@ -87,6 +95,18 @@ from .warm import RUNNER, shared_pool
 from .workspace import SolutionError, materialise
 
 LOG_TAIL = 8000
+GO_TIMEOUT_S = 4 * 3600.0  # the timing process's own bound on waiting for its exclusive turn
+RERUN_STATUSES = (Status.RUNTIME_ERROR, Status.INFRA_ERROR)
+# a kernelbench solution that may build an extension (its compile phase imports it)
+_BUILDS_EXTENSION = re.compile(r"load_inline|cpp_extension|\bload\s*\(")
+
+# what a neighbour (or the memory cap) can cause: running out of device or host memory, or the
+# kernel's OOM killer (SIGKILL); an illegal address or an exception of the candidate's own is
+# not re-run (separate CUDA contexts), which keeps hostile streams from costing twice
+_MEMORY_FAILURE = re.compile(
+    r"out of memory|OutOfMemory|MemoryError|memory over the limit|alloc|SIGKILL|signal 9",
+    re.IGNORECASE,
+)
 
 
 @dataclass
@@ -124,295 +144,61 @@ class _RefState:
     param_bytes: int = 0
 
 
-def cache_root(config: SandboxConfig) -> Path:
-    """The cache directory; when candidates run under another uid it is reachable by it (the
-    default moves to the system temporary directory; a ``cache_dir`` that is not raises
-    ``ValueError`` saying which parent blocks it)."""
-    drop = config.drop_user and caps().drop_user
-    if config.cache_dir:
-        d = Path(config.cache_dir)
-        if drop and (blocker := unreachable_parent(d)) is not None:
-            raise ValueError(
-                f"cache directory {d} is not reachable by the unprivileged user candidates run "
-                f"as: {blocker} has mode {blocker.stat().st_mode & 0o777:o} (needs o+x); "
-                f"use a directory whose parents are all world-executable, or chmod o+x {blocker}"
-            )
-        return d
-    d = default_cache_dir()
-    if drop and unreachable_parent(d) is not None:
-        d = Path(tempfile.gettempdir()) / "cuda-agent-sandbox-cache"
-    return d
-
-
-def unreachable_parent(p: Path) -> Path | None:
-    """The first existing directory on ``p``'s path (``p`` included) that other users cannot
-    traverse (no o+x), or None when a process of another uid can reach ``p``."""
-    p = p.resolve()
-    for parent in [p, *p.parents]:
-        if parent.exists() and not (parent.stat().st_mode & 0o001):
-            return parent
-    return None
-
-
-def _shared_dir(p: Path) -> Path:
-    p.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(OSError):
-        os.chmod(p, 0o1777)
-    return p
-
-
-def _extension_caches(cache: Path, solution_id: str) -> tuple[Path, Path]:
-    """The KernelBench extension and Triton caches a candidate's processes may write: one pair
-    per solution (content id). Those builds run inside the candidate's own process, so what is
-    there is the candidate's word; a namespace per solution keeps one candidate from leaving a
-    module under another's key, while every phase of a solution, and every re-evaluation of the
-    same solution, still builds once."""
-    return (
-        _shared_dir(cache / "kb_ext" / solution_id),
-        _shared_dir(cache / "triton" / solution_id),
-    )
-
-
-def _result(p: Prepared, status: Status, message: str = "", **kw: Any) -> EvalResult:
-    c = p.candidate
-    meta = dict(p.meta)
-    meta["stages_s"] = {k: round(v, 3) for k, v in p.stages.items()}
-    # the settings that decide a verdict, on every result (reports print them)
-    meta.setdefault("guard_policy", p.config.guard_policy)
-    meta.setdefault("atol", p.config.atol)
-    meta.setdefault("rtol", p.config.rtol)
-    return EvalResult(
-        task_id=c.task.id,
-        solution_id=c.solution.id,
-        backend=p.backend,  # type: ignore[arg-type]
-        device=kw.pop("device", meta.get("device", "")) or p.backend,
-        status=status,
-        message=message,
-        compile=p.compile,
-        guards=list(p.guards),
-        seconds=time.monotonic() - p.t0,
-        meta=meta,
-        **kw,
-    )
-
-
-# a kernelbench solution that may build an extension (its compile phase imports it)
-_BUILDS_EXTENSION = re.compile(r"load_inline|cpp_extension|\bload\s*\(")
-
-
-def _candidate_env(tmp: Path, gpu: str | None, backend: str, triton: Path) -> dict[str, str]:
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-        "HOME": str(tmp),
-        "TMPDIR": str(tmp),
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONUNBUFFERED": "1",
-        "PYTHONHASHSEED": "0",
-        "TORCH_EXTENSIONS_DIR": str(tmp / "torch_extensions"),
-        "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
-        "TRITON_CACHE_DIR": str(triton),
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(min(8, os.cpu_count() or 1))),
-    }
-    for k in (
-        "PYTHONPATH",
-        "LD_LIBRARY_PATH",
-        "CUDA_HOME",
-        "CUDA_PATH",
-        "LANG",
-        "LC_ALL",
-        "CUDA_AGENT_ARCH",
-    ):
-        if k in os.environ:
-            env[k] = os.environ[k]
-    if backend == "cuda":
-        env["CUDA_VISIBLE_DEVICES"] = (
-            gpu if gpu is not None else os.environ.get("CUDA_VISIBLE_DEVICES", "0")
-        )
-        cap = device_capability()
-        if cap:
-            env["TORCH_CUDA_ARCH_LIST"] = torch_arch_list(cap)
-        env["MAX_JOBS"] = str(max(2, min(16, os.cpu_count() or 2)))
-    else:
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    return env
-
-
-def _limits(
-    config: SandboxConfig, timeout_s: float, backend: str, *, drop_user: bool = True
-) -> Limits:
-    """The limits of one phase process. ``drop_user=False`` is the trusted side (reference and
-    judge, under the sandbox's own uid): no file-size cap, since the reference's weights file
-    is as large as the problem's parameters (8.7 GB for KernelBench L3/2 at today's sizes) and
-    disk is the admission ledger's to check."""
-    return Limits(
-        cpus=other_cpus(),  # the cores kept for timed sections are left to them
-        timeout_s=timeout_s,
-        nproc=config.nproc,
-        fsize_mb=config.fsize_mb if drop_user else None,
-        address_space_mb=config.host_mem_mb + 4096 if backend == "cpu" else None,
-        rss_mb=config.host_mem_mb,
-        no_network=config.no_network,
-        drop_user=config.drop_user and drop_user,
-    )
-
-
-def _run_op(
-    spec: dict[str, Any],
-    spec_dir: Path,
+def evaluate(
+    candidate: Candidate,
+    config: SandboxConfig | None = None,
     *,
-    cwd: Path,
-    env: dict[str, str],
-    limits: Limits,
-    slot: int,
-    writable: list[Path],
-    hidden: list[Path] | None = None,
-    extend: Any = None,
-    warm: int = 0,
-    fork: bool = False,
-) -> tuple[Outcome, dict[str, Any]]:
-    """Run one runner op; returns the outcome and the op's report ({} when it wrote none).
-    ``warm``: spares per environment of the shared :class:`warm.WarmPool` (0: start cold);
-    ``fork``: launchers forked from the pool's fork server instead (``warm`` unused)."""
-    spec_path = spec_dir / f"{spec['op']}.spec.json"
-    spec_path.write_text(json.dumps(spec))
-    os.chmod(spec_path, 0o644)
-    cmd = [sys.executable, "-m", RUNNER, str(spec_path)]
-    pool = shared_pool(warm, fork)
-    spare = pool.take(cmd, env) if pool is not None else None
-    t_spawn = time.time()
-    out = run_confined(
-        cmd,
-        cwd=cwd,
-        env=env,
-        limits=limits,
-        slot=slot,
-        writable=writable,
-        hidden=hidden or [],
-        extend=extend,
-        warm=spare,
-    )
-    report: dict[str, Any] = {}
-    with contextlib.suppress(OSError, json.JSONDecodeError):
-        report = json.loads(Path(spec["report"]).read_text())
-    if isinstance(report.get("t_import"), (int, float)):
-        # confinement set-up plus interpreter start, up to the runner's own import
-        report["startup_s"] = round(float(report["t_import"]) - t_spawn, 4)
-    report["t_spawn"] = t_spawn
-    report["warm"] = out.warm
-    if fork and spare is None and pool is not None and pool.server_errors:
-        report["fork_server_error"] = pool.server_errors[-1][:500]  # why this phase ran cold
-    return out, report
-
-
-def _record_phases(
-    p: Prepared,
-    stage: str,
-    rep: dict[str, Any],
-    stage_t0: float | None = None,
-    gate_wait: float = 0.0,
-    life_s: float | None = None,
-) -> None:
-    """Keep where one op's wall time went in ``meta["phases_s"][stage]``: the phases the process
-    reported, its start-up, and ``other`` (exit, polling, what no phase names), so that the
-    phases plus ``other`` are the process's life: ``before_stage`` + the stage + ``gate_wait``.
-    ``before_stage`` is kept for a process started early (``stage_t0``: the wall-clock time the
-    stage's clock started, at its start signal): from its spawn to then (start-up, ``import
-    torch`` and its ``wait_*`` phase, or part of them). ``gate_wait``: seconds the parent left
-    out of the stage while the process waited for the device (the timing stage). ``life_s``:
-    the seconds the op's process ran, for an op that is no stage of its own (the judge, which
-    spans verification and the comparison's tail). Informational only."""
-    if rep.get("warm"):
-        p.meta.setdefault("warm_phases", []).append(stage)
-    if rep.get("fork_server_error"):
-        p.meta["fork_server_error"] = rep["fork_server_error"]
-    phases = rep.get("phases_s")
-    total = life_s if life_s is not None else p.stages.get(stage)
-    if not isinstance(phases, dict) or total is None:
-        return
-    d = {str(k): round(float(v), 3) for k, v in phases.items() if isinstance(v, (int, float))}
-    if isinstance(rep.get("startup_s"), (int, float)):
-        d["startup"] = round(float(rep["startup_s"]), 3)
-    named = sum(d.values())
-    before = 0.0
-    if stage_t0 is not None and isinstance(rep.get("t_spawn"), (int, float)):
-        before = max(0.0, stage_t0 - float(rep["t_spawn"]))
-        d["before_stage"] = round(before, 3)
-    d["other"] = round(total + before + gate_wait - named, 3)
-    p.meta.setdefault("phases_s", {})[stage] = d
-
-
-def _error_text(out: Outcome, report: dict[str, Any]) -> str:
-    err = report.get("error") or {}
-    if err:
-        msg = f"{err.get('type')}: {err.get('message')}"
-        tb = err.get("traceback", "")
-        return cap_text(msg + ("\n" + tb if tb else ""), LOG_TAIL)
-    return cap_text(f"{out.describe()}\n{out.stderr.strip()}", LOG_TAIL)
-
-
-def failed_in_setup(report: dict[str, Any]) -> bool:
-    """True when a candidate-side process (verify, time) failed in the sandbox's own set-up,
-    before it imported the candidate's module: its report exists, says not ok, and has no
-    ``stage`` yet (the runner sets ``stage`` to ``load`` just before that import). Such a
-    failure is ours (or the machine's), not the candidate's."""
-    return bool(report) and report.get("ok") is False and "stage" not in report
-
-
-def ran_out_in_probe(report: dict[str, Any], error: str) -> bool:
-    """True when the candidate's verification process ran out of memory inside the guards'
-    probe (stage ``guard probe``: the guard's own re-runs, a poisoned allocator holding blocks
-    of the output's and inputs' sizes): every trial had passed through the process, the memory
-    was the evaluator's, so the failure is ours (``infra_error``), never the candidate's. Like
-    :func:`failed_in_setup` this reads the report the candidate's process wrote: a candidate
-    can at most turn its own failure into an ``infra_error`` (no reward), never into a pass."""
-    return report.get("stage") == "guard probe" and bool(_MEMORY_FAILURE.search(error))
-
-
-def _setup_failure(p: Prepared, phase: str, error: str, corr: Any) -> EvalResult:
-    """The verdict for a ``phase`` process that :func:`failed_in_setup`: ``infra_error``."""
-    return _result(
-        p,
-        Status.INFRA_ERROR,
-        f"sandbox error before the candidate's code ran ({phase}): " + error.splitlines()[0][:500],
-        correctness=corr,
-    )
-
-
-def _parse_guards(raw: Any) -> list[GuardViolation]:
-    """Findings the candidate's process reported (malformed entries are dropped)."""
-    import msgspec
-
-    out: list[GuardViolation] = []
-    for g in raw if isinstance(raw, list) else []:
-        try:
-            out.append(msgspec.convert(g, GuardViolation))
-        except (msgspec.ValidationError, TypeError):
-            continue
-    return out
-
-
-def _static_guards(c: Candidate, policy: str) -> tuple[list[GuardViolation], list[str]]:
-    """Static findings and the kernel names of the candidate's sources (for the runtime guard)."""
+    gpu: str | None = None,
+    slot: int = 0,
+) -> EvalResult:
+    """Build, verify and time one candidate; always returns an ``EvalResult`` (failures of the
+    candidate, and of the sandbox itself as ``infra_error``, are results)."""
+    cfg = config or SandboxConfig()
+    backend = resolve_backend(cfg.backend)
+    install_timing_cpus(cfg.timing_cpus)
+    _prewarm(candidate, cfg, backend, gpu)
+    p = prepare(candidate, cfg, backend=backend)
+    importing = None
+    if p.result is None and backend == "cuda" and "torch" not in sys.modules:
+        # the speed-of-light floor and the working-set count (cuda only) need torch in this
+        # process: import it while the reference runs (a lone evaluation, e.g. an agent's
+        # verify tool, otherwise waited for both imports one after the other); the outputs are
+        # compared by the judge process
+        importing = threading.Thread(
+            target=importlib.import_module, args=("torch",), name="import-torch", daemon=True
+        )
+        importing.start()
     try:
-        from cuda_agent.guards.static import analyze
-    except ImportError:
-        from cuda_agent.guards.api import static_checks
-
-        return list(static_checks(c, policy, own_modules=("cuda_extension",))), _own_kernels(c)
-    rep = analyze(c, policy, ("cuda_extension",))
-    return list(rep.findings), sorted(set(getattr(rep, "kernels", []) or [])) or _own_kernels(c)
+        return run_on_device(p, gpu=gpu, slot=slot)
+    finally:
+        if importing is not None:
+            importing.join()  # never left importing at interpreter exit
 
 
-def _own_kernels(c: Candidate) -> list[str]:
-    files = c.solution.files
-    names: list[str] = []
-    for name, text in files.items():
-        if name.endswith((".cu", ".cuh", ".py")):
-            names += re.findall(
-                r"__global__\s+(?:void|[\w:<>]+)\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*\(",
-                text,
-            )
-    return sorted(set(names))
+def _prewarm(candidate: Candidate, cfg: SandboxConfig, backend: str, gpu: str | None) -> None:
+    """Start the fork servers this evaluation's phases will fork from, so that their import
+    overlaps the static checks and the build instead of following them (a lone evaluation,
+    e.g. an agent's verify tool, would otherwise wait for it at its first phase)."""
+    src = candidate.solution.files.get("model_new.py", "")
+    kb = candidate.solution.format == "kernelbench" and bool(_BUILDS_EXTENSION.search(src))
+    prewarm_servers(cfg, backend, [gpu], compile_phase=kb)
+
+
+def prewarm_servers(
+    cfg: SandboxConfig, backend: str, gpus: list[str | None], *, compile_phase: bool = False
+) -> None:
+    """Start, without waiting, the fork servers of the device phases on ``gpus`` (None: the
+    default device) and, with ``compile_phase``, of the kernelbench compile phase (no GPU);
+    nothing when ``cfg.fork_server`` is off."""
+    pool = shared_pool(0, True) if cfg.fork_server else None
+    if pool is None:
+        return
+    here = Path(tempfile.gettempdir())  # per-evaluation directories are not part of the key
+    for gpu in gpus:
+        pool.prewarm(_candidate_env(here, gpu, backend, here))
+    if compile_phase:
+        env = _candidate_env(here, None, backend, here)
+        pool.prewarm({**env, "CUDA_VISIBLE_DEVICES": ""})  # the compile phase's
 
 
 def prepare(
@@ -466,6 +252,30 @@ def _static_guards_reject(p: Prepared) -> bool:
         "; ".join(f"{g.code}: {g.message}" for g in p.guards if g.severity == "reject"),
     )
     return True
+
+
+def _static_guards(c: Candidate, policy: str) -> tuple[list[GuardViolation], list[str]]:
+    """Static findings and the kernel names of the candidate's sources (for the runtime guard)."""
+    try:
+        from cuda_agent.guards.static import analyze
+    except ImportError:
+        from cuda_agent.guards.api import static_checks
+
+        return list(static_checks(c, policy, own_modules=("cuda_extension",))), _own_kernels(c)
+    rep = analyze(c, policy, ("cuda_extension",))
+    return list(rep.findings), sorted(set(getattr(rep, "kernels", []) or [])) or _own_kernels(c)
+
+
+def _own_kernels(c: Candidate) -> list[str]:
+    files = c.solution.files
+    names: list[str] = []
+    for name, text in files.items():
+        if name.endswith((".cu", ".cuh", ".py")):
+            names += re.findall(
+                r"__global__\s+(?:void|[\w:<>]+)\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\s*\(",
+                text,
+            )
+    return sorted(set(names))
 
 
 def _make_dirs(p: Prepared) -> Path:
@@ -633,46 +443,6 @@ def _kernelbench_compile_verdict(
         )
 
 
-GO_TIMEOUT_S = 4 * 3600.0  # the timing process's own bound on waiting for its exclusive turn
-RERUN_STATUSES = (Status.RUNTIME_ERROR, Status.INFRA_ERROR)
-# what a neighbour (or the memory cap) can cause: running out of device or host memory, or the
-# kernel's OOM killer (SIGKILL); an illegal address or an exception of the candidate's own is
-# not re-run (separate CUDA contexts), which keeps hostile streams from costing twice
-_MEMORY_FAILURE = re.compile(
-    r"out of memory|OutOfMemory|MemoryError|memory over the limit|alloc|SIGKILL|signal 9",
-    re.IGNORECASE,
-)
-
-
-def _memory_failure(r: EvalResult) -> bool:
-    text = r.message + ("\n" + r.correctness.message if r.correctness else "")
-    return bool(_MEMORY_FAILURE.search(text))
-
-
-@dataclass
-class _Turn:
-    """How one device half uses its device's gate. ``held``: the caller already holds it
-    exclusive (a re-run alone): phases run without acquiring it again."""
-
-    gate: DeviceGate
-    occ: Occupant
-    held: bool = False
-
-    def shared(self, phase: str) -> Any:
-        return contextlib.nullcontext() if self.held else self.gate.shared(self.occ, phase)
-
-    def exclusive(self, phase: str) -> Any:
-        return contextlib.nullcontext() if self.held else self.gate.exclusive(self.occ, phase)
-
-    def enter(self) -> None:
-        if not self.held:
-            self.gate.enter(self.occ)
-
-    def leave(self) -> None:
-        if not self.held:
-            self.gate.leave(self.occ)
-
-
 def run_on_device(
     p: Prepared,
     *,
@@ -765,8 +535,790 @@ def _device_halves(
             shutil.rmtree(p.root, ignore_errors=True)
 
 
-def _sizes_text(plan: dict[str, tuple[int, int]]) -> str:
-    return ", ".join(f"{k} {a}->{b}" for k, (a, b) in plan.items())
+def _too_big_to_share(p: Prepared, mem_fraction: float, gpu: str | None) -> bool:
+    """The task's working set (inputs, outputs, weights) against its share of the GPU
+    (``admission``); unknown: shared, as before (a memory failure is re-run alone)."""
+    if p.backend != "cuda":
+        return False
+    w = _task_work(p.candidate)
+    if w is None:
+        return False
+    total = admission.gpu_total(_gpu_index(p.backend, gpu))
+    ws = w.input_bytes + w.output_bytes + w.param_bytes
+    return admission.too_big_to_share(ws, mem_fraction, total)
+
+
+def _memory_failure(r: EvalResult) -> bool:
+    text = r.message + ("\n" + r.correctness.message if r.correctness else "")
+    return bool(_MEMORY_FAILURE.search(text))
+
+
+def _device_half(
+    p: Prepared, gpu: str | None, slot: int, turn: _Turn, mem_fraction: float | None
+) -> EvalResult:
+    """One run of the device half; the result's meta says how it shared the device."""
+    early: list[_TimeOp] = []  # a timing process started early, whatever the verdict became
+    try:
+        r = _run_on_device(p, gpu, slot, turn, mem_fraction, early)
+    except Exception as e:  # noqa: BLE001 - the evaluator's own failure
+        import traceback
+
+        r = _result(p, Status.INFRA_ERROR, f"sandbox error: {type(e).__name__}: {e}")
+        r.meta["traceback"] = traceback.format_exc()[-4000:]
+    finally:
+        cancelled = [op.cancel() for op in early]
+    if any(cancelled):
+        r.meta["time_cancelled_early"] = True  # started early, not needed: it exited unused
+    r.meta["overlapped"] = turn.occ.overlapped
+    r.meta["device_phases"] = list(turn.occ.phases)
+    if turn.occ.waited_s:
+        r.meta["gate_wait_s"] = {k: round(v, 3) for k, v in turn.occ.waited_s.items()}
+    if mem_fraction is not None:
+        r.meta["mem_fraction"] = round(mem_fraction, 4)
+    return r
+
+
+def _reset_device_dirs(p: Prepared, *, keep_reference: bool) -> None:
+    """Empty what the candidate's processes wrote (and, unless ``keep_reference``, what the
+    reference wrote), so a re-run starts as the first run did."""
+    assert p.root is not None
+    for name in ("io", "tmp", "signal"):
+        shutil.rmtree(p.root / name, ignore_errors=True)
+    if keep_reference:
+        return
+    shutil.rmtree(p.root / "shared", ignore_errors=True)
+    private = p.root / "private"
+    for f in private.iterdir() if private.exists() else []:
+        if f.is_dir():
+            shutil.rmtree(f, ignore_errors=True)
+        else:
+            f.unlink(missing_ok=True)
+
+
+def _run_on_device(
+    p: Prepared,
+    gpu: str | None,
+    slot: int,
+    turn: _Turn,
+    mem_fraction: float | None,
+    early_time: list[_TimeOp],
+) -> EvalResult:
+    """One run of the device half, as its steps: reference -> admission -> verification and
+    comparison -> verdict from the trials and guards -> baseline -> timing -> re-check ->
+    result. A timing process started early is appended to ``early_time`` (the caller ends it
+    when it was not needed)."""
+    cfg = p.config
+    d = _device_run(p, gpu, slot, turn, mem_fraction)
+    early = _EarlyVerify(d.root / "shared") if p.ref_state is None and _early_verify(cfg) else None
+    # 1. reference (or the first run's), the verification process started alongside if early
+    rs = _reference(d, early)
+    if isinstance(rs, EvalResult):
+        return rs
+    # 2. candidate verification, a confined process receiving only seeds, init inputs, weights,
+    # its outputs compared by the judge as they appear
+    room = _admit(d, rs, early)
+    if isinstance(room, EvalResult):
+        return room
+    try:
+        v = _verify_and_compare(d, rs, early)
+    finally:
+        room.__exit__(None, None, None)
+    if (r := _comparison_failed(p, v, early)) is not None:
+        return r
+    # the baseline decides whether the candidate is graph-timed, so it is known before timing;
+    # only a cached one is read this early (a failing candidate measures none)
+    base = _known_baseline(p.candidate, cfg, p.backend, gpu)
+    _start_timing_early(d, rs, v, base, early_time)
+    chk = _correctness(p, rs, v)
+    if (r := _verification_failed(p, v, chk.corr)) is not None:
+        return r
+    if (r := _trials_verdict(p, chk)) is not None:
+        return r
+    if not cfg.timing:
+        return _result(p, Status.OK, "correct (timing skipped)", correctness=chk.corr)
+    # 3. timing in a fresh process, then the re-check of a call made after the timed ones
+    base = _baseline_for_timing(d, base)
+    recheck = _Recheck(d, rs)
+    tm = _time(d, rs, base, early_time, recheck)
+    if (r := _timing_failed(p, tm, chk.corr)) is not None:
+        return r
+    verdict = _recheck_verdict(d, recheck, chk.corr)
+    if isinstance(verdict, EvalResult):
+        return verdict
+    timing, speed_e, speed_c = _timing_detail(p, tm.rep, base)
+    return _timed_result(d, verdict, chk.corr, timing, speed_e, speed_c)
+
+
+@dataclass
+class _DeviceRun:
+    """What every step of one device run shares: the candidate's directories, environment and
+    caches, and how each process that runs the candidate's code is confined."""
+
+    p: Prepared
+    gpu: str | None
+    slot: int
+    turn: _Turn
+    mem_fraction: float | None
+    device: str  # "cuda" or "cpu", as the runner's ops name it
+    root: Path
+    work: Path
+    io: Path
+    env: dict[str, str]
+    kb_cache: Path
+    writable: list[Path]  # all a candidate's process may write
+
+    def cand_spec(
+        self, trials: list, init_seed: int, init_path: Path, sd_path: Path
+    ) -> dict[str, Any]:
+        """The verification's spec (``candidate`` op): it receives only the trials' seeds, the
+        init inputs and the reference's weights."""
+        p, work = self.p, self.work
+        return {
+            "op": "candidate",
+            "ref_path": str(work / "model.py"),
+            "workdir": str(work),
+            "module_dir": str(work / "build") if p.candidate.solution.format == "workdir" else None,
+            "format": p.candidate.solution.format,
+            "kb_cache": str(self.kb_cache),
+            "device": self.device,
+            "backend": p.backend,
+            "init_seed": init_seed,
+            "init_path": str(init_path),
+            "sd_path": str(sd_path),
+            "trials": trials,
+            "io_dir": str(self.io),
+            "guard_policy": p.config.guard_policy,
+            "own_kernels": p.meta.get("own_kernels") or [],
+            "report": str(self.io / "candidate.report.json"),
+            "mem_fraction": self.mem_fraction,
+            "judge_failed_path": str(self.root / "shared" / "judge.failed"),
+        }
+
+    def ref_spec(self, rs: _RefState) -> dict[str, Any]:
+        """:meth:`cand_spec` for the reference's products ``rs``."""
+        return self.cand_spec(rs.trials, rs.init_seed, rs.init_path, rs.sd_path)
+
+    def confined(self, timeout_s: float, hidden: list[Path]) -> dict[str, Any]:
+        """:func:`_run_op`'s keywords for a process that runs the candidate's code."""
+        cfg = self.p.config
+        return dict(
+            cwd=self.work,
+            env=self.env,
+            limits=_limits(cfg, timeout_s, self.p.backend),
+            slot=self.slot,
+            writable=self.writable,
+            hidden=hidden,
+            warm=cfg.warm_spares(),
+            fork=cfg.fork_server,
+        )
+
+    def verify(
+        self, spec: dict, hidden: list[Path], extend: Any = None
+    ) -> tuple[Outcome, dict[str, Any]]:
+        """Run the verification process ``spec`` to its end under the shared gate."""
+        with self.turn.shared("verify"):
+            return _run_op(
+                spec,
+                self.root,
+                extend=extend,
+                **self.confined(self.p.config.verify_timeout_s, hidden),
+            )
+
+    def judge(self, rs: _RefState, name: str, files: list[tuple[str, int]]) -> _Judge:
+        """A judge of the candidate's output ``files`` (file, trial), in the reference's private
+        directory."""
+        private = str(self.root / "private")
+        env = dict(self.env, HOME=private, TMPDIR=private)
+        return _Judge(self.p, name, files, rs, env, self.slot, self.device, self.mem_fraction)
+
+    def time_op(self, rs: _RefState, base: Any) -> _TimeOp:
+        """The timing process, its protocol decided with the baseline ``base`` (None: unknown)."""
+        cfg = self.p.config
+        tspec = dict(
+            self.ref_spec(rs),
+            op="time",
+            report=str(self.io / "time.report.json"),
+            timing_config=_timing_config(cfg, self.p.backend, base),
+            timing_sets=cfg.timing_sets,
+            timing_cpus=list(kept_cpus()),
+        )
+        return _TimeOp(tspec, self.root, self.io, **self.confined(cfg.time_timeout_s, rs.hidden))
+
+
+def _device_run(
+    p: Prepared, gpu: str | None, slot: int, turn: _Turn, mem_fraction: float | None
+) -> _DeviceRun:
+    """The run's surroundings: ``io`` and ``tmp`` made writable by the slot's uid, the
+    solution's extension caches, the candidate's environment."""
+    assert p.root is not None and p.work is not None
+    cache = cache_root(p.config)
+    io, tmp = p.root / "io", p.root / "tmp"
+    lim_c = _limits(p.config, 1, p.backend)
+    prepare_writable(io, slot, lim_c)
+    prepare_writable(tmp, slot, lim_c)
+    kb_cache, triton = _extension_caches(cache, p.candidate.solution.id)
+    return _DeviceRun(
+        p=p,
+        gpu=gpu,
+        slot=slot,
+        turn=turn,
+        mem_fraction=mem_fraction,
+        device="cuda" if p.backend == "cuda" else "cpu",
+        root=p.root,
+        work=p.work,
+        io=io,
+        env=_candidate_env(tmp, gpu, p.backend, triton),
+        kb_cache=kb_cache,
+        writable=[io, tmp, kb_cache, triton],
+    )
+
+
+def _reference(d: _DeviceRun, early: _EarlyVerify | None) -> _RefState | EvalResult:
+    """The reference's products: computed now (:func:`_compute_reference`) or, on a re-run
+    alone, the first run's (``meta["reference_reused"]``); or the result when it failed.
+    Sets ``meta`` ``device`` and ``isolation``."""
+    p = d.p
+    rs = p.ref_state
+    if rs is None:
+        got = _compute_reference(d, early)
+        if isinstance(got, EvalResult):
+            return got
+        rs = p.ref_state = got
+    else:
+        p.meta["reference_reused"] = True  # a re-run alone: same secret trials, same outputs
+    p.meta["device"] = rs.device_name
+    p.meta["isolation"] = rs.isolation
+    return rs
+
+
+def _compute_reference(d: _DeviceRun, early: _EarlyVerify | None) -> _RefState | EvalResult:
+    """:func:`_reference_phase`; with ``early``, the verification process starts inside the
+    reference's hold, waiting for its start signal, and is cancelled if the reference fails
+    or raises."""
+    cfg = d.p.config
+    on_start = None
+    if early is not None:
+
+        def on_start(trials: list, init_seed: int, init_path: Path, sd_path: Path) -> None:
+            # the reference's outputs are covered by a mount in this process's view (the
+            # condition of an early start), so it may start before they exist
+            spec = _early_start_spec(
+                d.cand_spec(trials, init_seed, init_path, sd_path),
+                early.start,
+                early.abort,
+                cfg.reference_timeout_s + 30.0,
+            )
+            # its time limit counts from the start signal (the wait is the reference's)
+            early.run(d.verify, spec, [d.root / "private"], early.waited)
+
+    n_trials = max(5, cfg.trials)
+    try:
+        got = _reference_phase(
+            d.p, d.env, d.slot, d.turn, d.mem_fraction, d.device, n_trials, on_start=on_start
+        )
+    except BaseException:
+        if early is not None:
+            early.cancel()
+        raise
+    if isinstance(got, EvalResult) and early is not None:
+        early.cancel()
+    return got
+
+
+def _reference_phase(
+    p: Prepared,
+    env: dict[str, str],
+    slot: int,
+    turn: _Turn,
+    mem_fraction: float | None,
+    device: str,
+    n_trials: int,
+    on_start: Any = None,
+) -> _RefState | EvalResult:
+    """Draw the secret trials and have the reference compute its outputs (shared gate).
+    ``on_start(trials, init_seed, init_path, sd_path)`` is called inside the reference's hold,
+    just before its process starts (the early verification start)."""
+    cfg = p.config
+    assert p.root is not None and p.work is not None
+    root, work = p.root, p.work
+    private = root / "private"
+    secret = secrets.randbits(62)
+    from .runner import variant_schedule
+
+    # the numerics stress trials (off by default) after the plain ones: timing and the
+    # re-check draw from the first trials only
+    trials = [
+        {"seed": (secret + 7919 * (i + 1)) % (1 << 62), "variant": v}
+        for i, v in enumerate(variant_schedule(n_trials) + list(cfg.stress_trials))
+    ]
+    init_seed = (secret ^ 0x5DEECE66D) % (1 << 62)
+    shared = root / "shared"
+    shared.mkdir(mode=0o755, exist_ok=True)
+    init_path, sd_path = shared / "init_inputs.pt", shared / "state_dict.pt"
+    # 1. reference, in its own process (trusted code, same user, no network)
+    ref_env = dict(env, HOME=str(private), TMPDIR=str(private))
+    spec = {
+        "op": "reference",
+        "ref_path": str(work / "model.py"),
+        "device": device,
+        "init_seed": init_seed,
+        "trials": trials,
+        "init_path": str(init_path),
+        "sd_path": str(sd_path),
+        "report": str(private / "reference.report.json"),
+        "mem_fraction": mem_fraction,
+    }
+    with turn.shared("reference"):
+        if on_start is not None:
+            on_start(trials, init_seed, init_path, sd_path)
+        t = time.monotonic()
+        out, rep = _run_op(
+            spec,
+            private,
+            cwd=work,
+            env=ref_env,
+            limits=_limits(cfg, cfg.reference_timeout_s, p.backend, drop_user=False),
+            slot=slot,
+            writable=[private, shared],
+            warm=cfg.warm_spares(),
+            fork=cfg.fork_server,
+        )
+    p.stages["reference"] = time.monotonic() - t
+    _record_phases(p, "reference", rep)
+    p.meta["isolation"] = out.isolation
+    if not rep.get("ok"):
+        return _result(p, Status.INFRA_ERROR, "reference failed: " + _error_text(out, rep))
+    p.meta["device"] = rep.get("device_name", device)
+    for f in (init_path, sd_path):
+        os.chmod(f, 0o644)
+    # no reference output is kept (the judge recomputes them); the reference's and the judge's
+    # files are covered by an empty mount in the candidate's view where namespaces allow
+    hidden = [private] if caps().network_ns else []
+    return _RefState(
+        trials=trials,
+        init_seed=init_seed,
+        init_path=init_path,
+        sd_path=sd_path,
+        hidden=hidden,
+        input_bytes=int(rep.get("input_bytes") or 0),
+        output_bytes=int(rep.get("output_bytes") or 0),
+        param_bytes=int(rep.get("param_bytes") or 0),
+        device_name=rep.get("device_name", device),
+        isolation=out.isolation,
+    )
+
+
+def _admit(d: _DeviceRun, rs: _RefState, early: _EarlyVerify | None) -> Any:
+    """The verification's reservation (``admission``: device memory, host memory, disk),
+    entered (stage ``admission_wait``); the caller exits it. When there is no room: the
+    ``infra_error`` result, ``early`` cancelled."""
+    p = d.p
+    need = admission.verification_need(rs.input_bytes, rs.output_bytes, rs.param_bytes, p.backend)
+    try:
+        room = admission.reserve(
+            need,
+            gpu=_gpu_index(p.backend, d.gpu),
+            disk_at=d.io,
+            timeout_s=p.config.admission_timeout_s,
+        )
+        waited = room.__enter__()
+    except admission.NoRoom as e:
+        if early is not None:
+            early.cancel()
+        return _result(p, Status.INFRA_ERROR, f"sandbox out of resources (verification): {e}")
+    p.stages["admission_wait"] = waited
+    return room
+
+
+class _Verified(NamedTuple):
+    """The verification process's and the judge's outcomes and reports."""
+
+    out: Outcome
+    rep: dict[str, Any]
+    jout: Outcome
+    jrep: dict[str, Any]
+    t_wall: float  # wall-clock time the ``verify`` stage started
+
+
+def _verify_and_compare(d: _DeviceRun, rs: _RefState, early: _EarlyVerify | None) -> _Verified:
+    """The candidate's verification process (``early``'s, let go, when one waits) and the judge
+    comparing its outputs as they appear; stages ``verify`` (the candidate's process) and
+    ``compare`` (the judge's work after it ended)."""
+    p = d.p
+    t, t_wall = time.monotonic(), time.time()
+    verdicts = d.judge(rs, "judge", [(f"out_{i}.pt", i) for i in range(len(rs.trials))])
+    verdicts.start()
+    try:
+        if early is not None:  # started by the reference phase, waiting, warm
+            out, rep = early.go()  # the stage counts from here
+            p.meta["verify_started_early"] = True
+        else:
+            out, rep = d.verify(d.ref_spec(rs), rs.hidden)
+    finally:
+        verdicts.candidate_done()
+    p.stages["verify"] = time.monotonic() - t
+    t_compare = time.monotonic()
+    jout, jrep = verdicts.join()
+    # the judge's work after the candidate's process ended (the rest overlapped it)
+    p.stages["compare"] = time.monotonic() - t_compare
+    return _Verified(out, rep, jout, jrep, t_wall)
+
+
+def _comparison_failed(p: Prepared, v: _Verified, early: _EarlyVerify | None) -> EvalResult | None:
+    """Records where the verification's and the judge's time went; the ``infra_error`` result
+    when the judge failed, else None."""
+    _record_phases(p, "verify", v.rep, stage_t0=v.t_wall if early is not None else None)
+    _record_phases(p, "judge", v.jrep, life_s=p.stages["verify"] + p.stages["compare"])
+    p.meta["isolation"] = v.out.isolation
+    if not v.jrep.get("ok"):
+        return _result(p, Status.INFRA_ERROR, "comparison failed: " + _error_text(v.jout, v.jrep))
+    return None
+
+
+def _start_timing_early(
+    d: _DeviceRun, rs: _RefState, v: _Verified, base: Any, early_time: list[_TimeOp]
+) -> None:
+    """Start the timing process now, appended to ``early_time``, when it is asked for early, the
+    verification process ended well and the baseline that decides its protocol is known (or
+    none is wanted)."""
+    cfg = d.p.config
+    if (
+        cfg.timing
+        and cfg.early_time
+        and v.out.returncode == 0
+        and v.rep.get("ok")
+        and (base is not None or not _wants_baseline(cfg))
+    ):
+        # the timing process imports torch while the outputs are compared (3 s on the H200)
+        early_time.append(d.time_op(rs, base))
+        early_time[0].start_early(start_timeout_s=cfg.verify_timeout_s + 600.0)
+
+
+class _Checked(NamedTuple):
+    """The verification's correctness detail, its trials, and the stress trials' meta."""
+
+    corr: CorrectnessDetail
+    details: list[TrialDetail]
+    stress: dict[str, Any] | None
+
+
+def _correctness(p: Prepared, rs: _RefState, v: _Verified) -> _Checked:
+    """The judge's per-trial verdicts as the correctness detail (passed only when every trial
+    passed and the candidate's process ended well); adds the judge's and the process's guard
+    findings to ``p.guards``, and ``meta`` ``stress_trials`` and ``state_dict``."""
+    cfg, trials, rep, jrep = p.config, rs.trials, v.rep, v.jrep
+    details = [
+        TrialDetail(
+            variant=tr["variant"],
+            passed=bool(tv.get("passed")),
+            max_abs_err=tv.get("max_abs_err"),
+            max_rel_err=tv.get("max_rel_err"),
+            rel_norm_err=tv.get("rel_norm_err"),
+            message=str(tv.get("message") or "")[:500],
+        )
+        for tr, tv in zip(trials, jrep.get("trials") or [], strict=False)
+    ]
+    p.guards.extend(_parse_guards(jrep.get("guards")))
+    stress = _stress_meta(trials, jrep.get("trials") or [])
+    if stress is not None:
+        p.meta["stress_trials"] = stress
+    passed = (
+        len(details) == len(trials)
+        and all(t.passed for t in details)
+        and rep.get("ok") is True
+        and v.out.returncode == 0
+    )
+    corr = CorrectnessDetail(
+        passed=passed, atol=cfg.atol, rtol=cfg.rtol, trials=details, seconds=p.stages["verify"]
+    )
+    if rep.get("state_dict"):
+        p.meta["state_dict"] = rep["state_dict"]
+    p.guards.extend(_parse_guards(rep.get("guards")))
+    return _Checked(corr, details, stress)
+
+
+def _stress_meta(trials: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -> dict | None:
+    """``meta.stress_trials``: the stress variants run, the ones the candidate failed and the
+    ones skipped because the reference itself is unstable under them; None without any."""
+    from .runner import is_stress
+
+    idx = [i for i, t in enumerate(trials) if is_stress(t)]
+    if not idx:
+        return None
+    meta: dict[str, Any] = {
+        "variants": [trials[i]["variant"] for i in idx],
+        "failed": [],
+        "reference_unstable": [],
+    }
+    for i in idx:
+        v = verdicts[i] if i < len(verdicts) else {"passed": False, "message": "no verdict"}
+        row = {"trial": i, "variant": trials[i]["variant"]}
+        if v.get("skipped"):
+            meta["reference_unstable"].append({**row, "reason": v.get("reference_unstable")})
+        elif not v.get("passed"):
+            meta["failed"].append({**row, "message": str(v.get("message") or "")[:500]})
+    return meta
+
+
+def _verification_failed(p: Prepared, v: _Verified, corr: CorrectnessDetail) -> EvalResult | None:
+    """The result when the verification process timed out (``timeout``) or failed
+    (``infra_error`` when the failure is the sandbox's, else ``runtime_error``); None when it
+    ended well."""
+    out, rep, cfg = v.out, v.rep, p.config
+    if out.timed_out:
+        corr.message = f"verification exceeded {cfg.verify_timeout_s:.0f}s"
+        return _result(
+            p,
+            Status.TIMEOUT,
+            corr.message + f" (at {rep.get('stage', 'start')})" if rep else corr.message,
+            correctness=corr,
+        )
+    if out.returncode == 0 and rep.get("ok"):
+        return None
+    corr.message = _error_text(out, rep)
+    if failed_in_setup(rep):
+        return _setup_failure(p, "verification", corr.message, corr)
+    if ran_out_in_probe(rep, corr.message):
+        return _result(
+            p,
+            Status.INFRA_ERROR,
+            "out of device memory in the guards' probe (the evaluator's re-runs after every "
+            "trial passed through the candidate): " + corr.message.splitlines()[0][:400],
+            correctness=corr,
+        )
+    return _result(
+        p,
+        Status.RUNTIME_ERROR,
+        f"candidate failed ({out.describe()}): " + corr.message.splitlines()[0][:500]
+        if corr.message
+        else out.describe(),
+        correctness=corr,
+    )
+
+
+def _trials_verdict(p: Prepared, chk: _Checked) -> EvalResult | None:
+    """``guard_violation`` when a finding rejects, ``incorrect`` when a trial failed (named by
+    the first failing trial; a stress trial's failure said so); None when all is correct."""
+    corr, details, stress = chk
+    rejects = [g for g in p.guards if g.severity == "reject"]
+    if rejects:
+        return _result(
+            p,
+            Status.GUARD_VIOLATION,
+            "; ".join(f"{g.code}: {g.message}" for g in rejects)[:2000],
+            correctness=corr,
+        )
+    if corr.passed:
+        return None
+    first = next((t for t in details if not t.passed), None)
+    corr.message = first.message if first else "incorrect"
+    at = details.index(first) if first else -1
+    if first is not None and stress is not None and first.variant in stress["variants"]:
+        # a plain trial's failure is reported first: this one failed only under stress
+        corr.message = f"stress trial {first.variant} (trial {at}): {corr.message}"
+        return _result(p, Status.INCORRECT, corr.message, correctness=corr)
+    return _result(
+        p,
+        Status.INCORRECT,
+        f"trial {at if first else '?'} ({first.variant if first else ''}): {corr.message}",
+        correctness=corr,
+    )
+
+
+def _baseline_for_timing(d: _DeviceRun, base: Any) -> Any:
+    """``base``, or, when baselines are wanted and none is known yet, the task's baseline
+    measured (or read) now (stage ``baseline``)."""
+    p = d.p
+    if base is None and _wants_baseline(p.config):
+        t = time.monotonic()
+        base = _baseline(p.candidate, p.config, p.backend, d.gpu, d.turn)
+        p.stages["baseline"] = time.monotonic() - t
+    return base
+
+
+class _Recheck:
+    """The re-check: the judge on the output of a call the timing process made after its timed
+    calls. Called once, inside the timed hold or after it; :attr:`result` is the judge's
+    (outcome, report) once it ran, :attr:`seconds` its time."""
+
+    def __init__(self, d: _DeviceRun, rs: _RefState):
+        self.d, self.rs = d, rs
+        self.result: tuple[Outcome, dict[str, Any]] | None = None
+        self.seconds = 0.0
+
+    def __call__(self) -> None:
+        t = time.monotonic()
+        j = self.d.judge(self.rs, "recheck", [("timed_out.pt", 0)])
+        j.candidate_done()  # the timing process has ended: its file is there or never
+        self.result = j.run()
+        self.seconds = time.monotonic() - t
+
+
+class _Timed(NamedTuple):
+    """The timing process's outcome and report, and the seconds it waited for the gate."""
+
+    out: Outcome
+    rep: dict[str, Any]
+    waited: float
+
+
+def _time(
+    d: _DeviceRun, rs: _RefState, base: Any, early_time: list[_TimeOp], recheck: _Recheck
+) -> _Timed:
+    """Run the timing process (the one started early, if any) to its end, ``recheck`` inside
+    its exclusive hold when it ended well; stages ``time`` (from the start signal when early;
+    neither the gate waits nor the re-check) and ``time_wait``, and the timing's ``meta``."""
+    p = d.p
+    t, t_wall = time.monotonic(), time.time()
+    timer = early_time[0] if early_time else d.time_op(rs, base)
+    out, rep, waited = timer.run(d.turn, then=recheck)
+    p.stages["time"] = time.monotonic() - t - waited - recheck.seconds
+    p.stages["time_wait"] = waited
+    _record_phases(p, "time", rep, stage_t0=t_wall if early_time else None, gate_wait=waited)
+    if kept_cpus():  # where the timing ran (profiler.cpus): the kept cores, the rest elsewhere
+        p.meta["cpus"] = {
+            "kept": list(kept_cpus()),
+            "timed": rep.get("timed_cpus"),
+            "time_process": rep.get("cpus"),
+        }
+    if early_time:
+        p.meta["time_started_early"] = round(timer.pre_start_s, 3)  # seconds it waited warm
+    if isinstance(rep.get("timed_wall"), list):
+        p.meta["timed_wall"] = [round(float(x), 6) for x in rep["timed_wall"][:2]]
+    return _Timed(out, rep, waited)
+
+
+def _timing_failed(p: Prepared, tm: _Timed, corr: CorrectnessDetail) -> EvalResult | None:
+    """The result when the timing process timed out, waited too long for the device (the
+    parent's own measure) or failed; None when it ended well."""
+    out, rep = tm.out, tm.rep
+    if out.timed_out:
+        return _result(
+            p, Status.TIMEOUT, f"timing exceeded {p.config.time_timeout_s:.0f}s", correctness=corr
+        )
+    if tm.waited >= GO_TIMEOUT_S - 1.0:  # the parent's own measure: a candidate cannot claim it
+        return _result(
+            p,
+            Status.INFRA_ERROR,
+            "the timing process waited too long for the device: " + _error_text(out, rep)[:500],
+            correctness=corr,
+        )
+    if out.returncode == 0 and rep.get("ok"):
+        return None
+    if failed_in_setup(rep):
+        return _setup_failure(p, "timing", _error_text(out, rep), corr)
+    return _result(
+        p,
+        Status.RUNTIME_ERROR,
+        "candidate failed while timed: " + _error_text(out, rep).splitlines()[0][:500],
+        correctness=corr,
+    )
+
+
+def _recheck_verdict(
+    d: _DeviceRun, recheck: _Recheck, corr: CorrectnessDetail
+) -> dict[str, Any] | EvalResult:
+    """The re-check's verdict on the timed output (run now, shared, unless the timed hold ran
+    it; stage ``recheck``), or the result when it failed (``infra_error``) or found the output
+    wrong (``incorrect``)."""
+    p = d.p
+    if recheck.result is None:
+        with d.turn.shared("recheck"):
+            recheck()
+    assert recheck.result is not None
+    jout, jrep = recheck.result
+    p.stages["recheck"] = recheck.seconds
+    if not jrep.get("ok"):
+        return _result(p, Status.INFRA_ERROR, "re-check failed: " + _error_text(jout, jrep))
+    v = (jrep.get("trials") or [{"passed": False, "message": "no verdict"}])[0]
+    if not v.get("passed"):
+        corr.passed = False
+        corr.message = "output after the timed calls is wrong: " + str(v.get("message"))[:500]
+        return _result(p, Status.INCORRECT, corr.message, correctness=corr)
+    return v
+
+
+def _timing_detail(
+    p: Prepared, rep: dict[str, Any], base: Any
+) -> tuple[TimingDetail, float | None, float | None]:
+    """The timing detail of the timing process's report and, with baselines, the speed-ups
+    over eager and compiled (None where unknown), compared as the candidate was timed."""
+    cand_stats = TimingStats(
+        **{k: val for k, val in rep["stats"].items() if k in TimingStats.__struct_fields__}
+    )
+    timing = TimingDetail(
+        protocol_version=_protocol(),
+        candidate=cand_stats,
+        flags=list(rep["stats"].get("flags", []) or []),
+        seconds=p.stages["time"],
+    )
+    speed_e = speed_c = None
+    if p.config.baselines:
+        b = base
+        if b is not None:
+            timing.eager, timing.compile = _comparable_baseline(b, cand_stats)
+            if b.error:
+                timing.flags.append(f"baseline: {b.error[:200]}")
+            if timing.eager and cand_stats.median_ms > 0:
+                speed_e = timing.eager.median_ms / cand_stats.median_ms
+                timing.speedup_vs_eager_ci = _ratio_ci(timing.eager, cand_stats)
+            if timing.compile and cand_stats.median_ms > 0:
+                speed_c = timing.compile.median_ms / cand_stats.median_ms
+                timing.speedup_vs_compile_ci = _ratio_ci(timing.compile, cand_stats)
+                p.meta["baseline_compile_mode"] = b.compile_mode  # what speed_c compares with
+    return timing, speed_e, speed_c
+
+
+def _timed_result(
+    d: _DeviceRun,
+    v: dict[str, Any],
+    corr: CorrectnessDetail,
+    timing: TimingDetail,
+    speed_e: float | None,
+    speed_c: float | None,
+) -> EvalResult:
+    """``ok`` ("correct and timed"), or ``guard_violation`` when the timing guards (speed of
+    light, roofline) reject the timing; ``v`` is the re-check's verdict."""
+    from cuda_agent.guards.api import timing_checks
+
+    p, cfg, c = d.p, d.p.config, d.p.candidate
+    # the judge measured the output's real storage on the file it compared (a value the
+    # candidate's process reports itself would let it lower its own floor)
+    stored = v.get("storage_bytes")
+    bound, roofline = (
+        _speed_of_light_ms(c, p.backend, d.gpu, d.turn, stored if isinstance(stored, int) else None)
+        if cfg.guard_policy != "off"
+        else (None, None)
+    )
+    if bound is not None:
+        p.meta["speed_of_light_ms"] = round(bound, 6)  # the output floor
+    if roofline is not None:
+        p.meta["roofline_ms"] = round(roofline, 6)
+    tg = (
+        list(timing_checks(timing, bound, estimate_ms=roofline))
+        if cfg.guard_policy != "off"
+        else []
+    )
+    p.guards.extend(tg)
+    if any(g.severity == "reject" for g in tg):
+        return _result(
+            p,
+            Status.GUARD_VIOLATION,
+            "; ".join(f"{g.code}: {g.message}" for g in tg if g.severity == "reject"),
+            correctness=corr,
+            timing=timing,
+            speedup_vs_eager=speed_e,
+            speedup_vs_compile=speed_c,
+        )
+    return _result(
+        p,
+        Status.OK,
+        "correct and timed",
+        correctness=corr,
+        timing=timing,
+        speedup_vs_eager=speed_e,
+        speedup_vs_compile=speed_c,
+    )
 
 
 def _shape_check(
@@ -881,63 +1433,32 @@ def _shape_check(
         )
 
 
-def _too_big_to_share(p: Prepared, mem_fraction: float, gpu: str | None) -> bool:
-    """The task's working set (inputs, outputs, weights) against its share of the GPU
-    (``admission``); unknown: shared, as before (a memory failure is re-run alone)."""
-    if p.backend != "cuda":
-        return False
-    w = _task_work(p.candidate)
-    if w is None:
-        return False
-    total = admission.gpu_total(_gpu_index(p.backend, gpu))
-    ws = w.input_bytes + w.output_bytes + w.param_bytes
-    return admission.too_big_to_share(ws, mem_fraction, total)
+def _sizes_text(plan: dict[str, tuple[int, int]]) -> str:
+    return ", ".join(f"{k} {a}->{b}" for k, (a, b) in plan.items())
 
 
-def _domain(backend: str, gpu: str | None) -> str:
-    return domain_of(backend, _gpu_index(backend, gpu) if backend == "cuda" else gpu)
+@dataclass
+class _Turn:
+    """How one device half uses its device's gate. ``held``: the caller already holds it
+    exclusive (a re-run alone): phases run without acquiring it again."""
 
+    gate: DeviceGate
+    occ: Occupant
+    held: bool = False
 
-def _device_half(
-    p: Prepared, gpu: str | None, slot: int, turn: _Turn, mem_fraction: float | None
-) -> EvalResult:
-    """One run of the device half; the result's meta says how it shared the device."""
-    early: list[_TimeOp] = []  # a timing process started early, whatever the verdict became
-    try:
-        r = _run_on_device(p, gpu, slot, turn, mem_fraction, early)
-    except Exception as e:  # noqa: BLE001 - the evaluator's own failure
-        import traceback
+    def shared(self, phase: str) -> Any:
+        return contextlib.nullcontext() if self.held else self.gate.shared(self.occ, phase)
 
-        r = _result(p, Status.INFRA_ERROR, f"sandbox error: {type(e).__name__}: {e}")
-        r.meta["traceback"] = traceback.format_exc()[-4000:]
-    finally:
-        cancelled = [op.cancel() for op in early]
-    if any(cancelled):
-        r.meta["time_cancelled_early"] = True  # started early, not needed: it exited unused
-    r.meta["overlapped"] = turn.occ.overlapped
-    r.meta["device_phases"] = list(turn.occ.phases)
-    if turn.occ.waited_s:
-        r.meta["gate_wait_s"] = {k: round(v, 3) for k, v in turn.occ.waited_s.items()}
-    if mem_fraction is not None:
-        r.meta["mem_fraction"] = round(mem_fraction, 4)
-    return r
+    def exclusive(self, phase: str) -> Any:
+        return contextlib.nullcontext() if self.held else self.gate.exclusive(self.occ, phase)
 
+    def enter(self) -> None:
+        if not self.held:
+            self.gate.enter(self.occ)
 
-def _reset_device_dirs(p: Prepared, *, keep_reference: bool) -> None:
-    """Empty what the candidate's processes wrote (and, unless ``keep_reference``, what the
-    reference wrote), so a re-run starts as the first run did."""
-    assert p.root is not None
-    for name in ("io", "tmp", "signal"):
-        shutil.rmtree(p.root / name, ignore_errors=True)
-    if keep_reference:
-        return
-    shutil.rmtree(p.root / "shared", ignore_errors=True)
-    private = p.root / "private"
-    for f in private.iterdir() if private.exists() else []:
-        if f.is_dir():
-            shutil.rmtree(f, ignore_errors=True)
-        else:
-            f.unlink(missing_ok=True)
+    def leave(self) -> None:
+        if not self.held:
+            self.gate.leave(self.occ)
 
 
 def _early_start_spec(spec: dict[str, Any], start: Path, abort: Path, timeout_s: float) -> dict:
@@ -1217,6 +1738,269 @@ class _Judge:
         return self.bg.join()
 
 
+def cache_root(config: SandboxConfig) -> Path:
+    """The cache directory; when candidates run under another uid it is reachable by it (the
+    default moves to the system temporary directory; a ``cache_dir`` that is not raises
+    ``ValueError`` saying which parent blocks it)."""
+    drop = config.drop_user and caps().drop_user
+    if config.cache_dir:
+        d = Path(config.cache_dir)
+        if drop and (blocker := unreachable_parent(d)) is not None:
+            raise ValueError(
+                f"cache directory {d} is not reachable by the unprivileged user candidates run "
+                f"as: {blocker} has mode {blocker.stat().st_mode & 0o777:o} (needs o+x); "
+                f"use a directory whose parents are all world-executable, or chmod o+x {blocker}"
+            )
+        return d
+    d = default_cache_dir()
+    if drop and unreachable_parent(d) is not None:
+        d = Path(tempfile.gettempdir()) / "cuda-agent-sandbox-cache"
+    return d
+
+
+def unreachable_parent(p: Path) -> Path | None:
+    """The first existing directory on ``p``'s path (``p`` included) that other users cannot
+    traverse (no o+x), or None when a process of another uid can reach ``p``."""
+    p = p.resolve()
+    for parent in [p, *p.parents]:
+        if parent.exists() and not (parent.stat().st_mode & 0o001):
+            return parent
+    return None
+
+
+def _shared_dir(p: Path) -> Path:
+    p.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):
+        os.chmod(p, 0o1777)
+    return p
+
+
+def _extension_caches(cache: Path, solution_id: str) -> tuple[Path, Path]:
+    """The KernelBench extension and Triton caches a candidate's processes may write: one pair
+    per solution (content id). Those builds run inside the candidate's own process, so what is
+    there is the candidate's word; a namespace per solution keeps one candidate from leaving a
+    module under another's key, while every phase of a solution, and every re-evaluation of the
+    same solution, still builds once."""
+    return (
+        _shared_dir(cache / "kb_ext" / solution_id),
+        _shared_dir(cache / "triton" / solution_id),
+    )
+
+
+def _result(p: Prepared, status: Status, message: str = "", **kw: Any) -> EvalResult:
+    c = p.candidate
+    meta = dict(p.meta)
+    meta["stages_s"] = {k: round(v, 3) for k, v in p.stages.items()}
+    # the settings that decide a verdict, on every result (reports print them)
+    meta.setdefault("guard_policy", p.config.guard_policy)
+    meta.setdefault("atol", p.config.atol)
+    meta.setdefault("rtol", p.config.rtol)
+    return EvalResult(
+        task_id=c.task.id,
+        solution_id=c.solution.id,
+        backend=p.backend,  # type: ignore[arg-type]
+        device=kw.pop("device", meta.get("device", "")) or p.backend,
+        status=status,
+        message=message,
+        compile=p.compile,
+        guards=list(p.guards),
+        seconds=time.monotonic() - p.t0,
+        meta=meta,
+        **kw,
+    )
+
+
+def _candidate_env(tmp: Path, gpu: str | None, backend: str, triton: Path) -> dict[str, str]:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "HOME": str(tmp),
+        "TMPDIR": str(tmp),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONHASHSEED": "0",
+        "TORCH_EXTENSIONS_DIR": str(tmp / "torch_extensions"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
+        "TRITON_CACHE_DIR": str(triton),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(min(8, os.cpu_count() or 1))),
+    }
+    for k in (
+        "PYTHONPATH",
+        "LD_LIBRARY_PATH",
+        "CUDA_HOME",
+        "CUDA_PATH",
+        "LANG",
+        "LC_ALL",
+        "CUDA_AGENT_ARCH",
+    ):
+        if k in os.environ:
+            env[k] = os.environ[k]
+    if backend == "cuda":
+        env["CUDA_VISIBLE_DEVICES"] = (
+            gpu if gpu is not None else os.environ.get("CUDA_VISIBLE_DEVICES", "0")
+        )
+        cap = device_capability()
+        if cap:
+            env["TORCH_CUDA_ARCH_LIST"] = torch_arch_list(cap)
+        env["MAX_JOBS"] = str(max(2, min(16, os.cpu_count() or 2)))
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def _limits(
+    config: SandboxConfig, timeout_s: float, backend: str, *, drop_user: bool = True
+) -> Limits:
+    """The limits of one phase process. ``drop_user=False`` is the trusted side (reference and
+    judge, under the sandbox's own uid): no file-size cap, since the reference's weights file
+    is as large as the problem's parameters (8.7 GB for KernelBench L3/2 at today's sizes) and
+    disk is the admission ledger's to check."""
+    return Limits(
+        cpus=other_cpus(),  # the cores kept for timed sections are left to them
+        timeout_s=timeout_s,
+        nproc=config.nproc,
+        fsize_mb=config.fsize_mb if drop_user else None,
+        address_space_mb=config.host_mem_mb + 4096 if backend == "cpu" else None,
+        rss_mb=config.host_mem_mb,
+        no_network=config.no_network,
+        drop_user=config.drop_user and drop_user,
+    )
+
+
+def _run_op(
+    spec: dict[str, Any],
+    spec_dir: Path,
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    limits: Limits,
+    slot: int,
+    writable: list[Path],
+    hidden: list[Path] | None = None,
+    extend: Any = None,
+    warm: int = 0,
+    fork: bool = False,
+) -> tuple[Outcome, dict[str, Any]]:
+    """Run one runner op; returns the outcome and the op's report ({} when it wrote none).
+    ``warm``: spares per environment of the shared :class:`warm.WarmPool` (0: start cold);
+    ``fork``: launchers forked from the pool's fork server instead (``warm`` unused)."""
+    spec_path = spec_dir / f"{spec['op']}.spec.json"
+    spec_path.write_text(json.dumps(spec))
+    os.chmod(spec_path, 0o644)
+    cmd = [sys.executable, "-m", RUNNER, str(spec_path)]
+    pool = shared_pool(warm, fork)
+    spare = pool.take(cmd, env) if pool is not None else None
+    t_spawn = time.time()
+    out = run_confined(
+        cmd,
+        cwd=cwd,
+        env=env,
+        limits=limits,
+        slot=slot,
+        writable=writable,
+        hidden=hidden or [],
+        extend=extend,
+        warm=spare,
+    )
+    report: dict[str, Any] = {}
+    with contextlib.suppress(OSError, json.JSONDecodeError):
+        report = json.loads(Path(spec["report"]).read_text())
+    if isinstance(report.get("t_import"), (int, float)):
+        # confinement set-up plus interpreter start, up to the runner's own import
+        report["startup_s"] = round(float(report["t_import"]) - t_spawn, 4)
+    report["t_spawn"] = t_spawn
+    report["warm"] = out.warm
+    if fork and spare is None and pool is not None and pool.server_errors:
+        report["fork_server_error"] = pool.server_errors[-1][:500]  # why this phase ran cold
+    return out, report
+
+
+def _record_phases(
+    p: Prepared,
+    stage: str,
+    rep: dict[str, Any],
+    stage_t0: float | None = None,
+    gate_wait: float = 0.0,
+    life_s: float | None = None,
+) -> None:
+    """Keep where one op's wall time went in ``meta["phases_s"][stage]``: the phases the process
+    reported, its start-up, and ``other`` (exit, polling, what no phase names), so that the
+    phases plus ``other`` are the process's life: ``before_stage`` + the stage + ``gate_wait``.
+    ``before_stage`` is kept for a process started early (``stage_t0``: the wall-clock time the
+    stage's clock started, at its start signal): from its spawn to then (start-up, ``import
+    torch`` and its ``wait_*`` phase, or part of them). ``gate_wait``: seconds the parent left
+    out of the stage while the process waited for the device (the timing stage). ``life_s``:
+    the seconds the op's process ran, for an op that is no stage of its own (the judge, which
+    spans verification and the comparison's tail). Informational only."""
+    if rep.get("warm"):
+        p.meta.setdefault("warm_phases", []).append(stage)
+    if rep.get("fork_server_error"):
+        p.meta["fork_server_error"] = rep["fork_server_error"]
+    phases = rep.get("phases_s")
+    total = life_s if life_s is not None else p.stages.get(stage)
+    if not isinstance(phases, dict) or total is None:
+        return
+    d = {str(k): round(float(v), 3) for k, v in phases.items() if isinstance(v, (int, float))}
+    if isinstance(rep.get("startup_s"), (int, float)):
+        d["startup"] = round(float(rep["startup_s"]), 3)
+    named = sum(d.values())
+    before = 0.0
+    if stage_t0 is not None and isinstance(rep.get("t_spawn"), (int, float)):
+        before = max(0.0, stage_t0 - float(rep["t_spawn"]))
+        d["before_stage"] = round(before, 3)
+    d["other"] = round(total + before + gate_wait - named, 3)
+    p.meta.setdefault("phases_s", {})[stage] = d
+
+
+def _error_text(out: Outcome, report: dict[str, Any]) -> str:
+    err = report.get("error") or {}
+    if err:
+        msg = f"{err.get('type')}: {err.get('message')}"
+        tb = err.get("traceback", "")
+        return cap_text(msg + ("\n" + tb if tb else ""), LOG_TAIL)
+    return cap_text(f"{out.describe()}\n{out.stderr.strip()}", LOG_TAIL)
+
+
+def failed_in_setup(report: dict[str, Any]) -> bool:
+    """True when a candidate-side process (verify, time) failed in the sandbox's own set-up,
+    before it imported the candidate's module: its report exists, says not ok, and has no
+    ``stage`` yet (the runner sets ``stage`` to ``load`` just before that import). Such a
+    failure is ours (or the machine's), not the candidate's."""
+    return bool(report) and report.get("ok") is False and "stage" not in report
+
+
+def ran_out_in_probe(report: dict[str, Any], error: str) -> bool:
+    """True when the candidate's verification process ran out of memory inside the guards'
+    probe (stage ``guard probe``: the guard's own re-runs, a poisoned allocator holding blocks
+    of the output's and inputs' sizes): every trial had passed through the process, the memory
+    was the evaluator's, so the failure is ours (``infra_error``), never the candidate's. Like
+    :func:`failed_in_setup` this reads the report the candidate's process wrote: a candidate
+    can at most turn its own failure into an ``infra_error`` (no reward), never into a pass."""
+    return report.get("stage") == "guard probe" and bool(_MEMORY_FAILURE.search(error))
+
+
+def _setup_failure(p: Prepared, phase: str, error: str, corr: Any) -> EvalResult:
+    """The verdict for a ``phase`` process that :func:`failed_in_setup`: ``infra_error``."""
+    return _result(
+        p,
+        Status.INFRA_ERROR,
+        f"sandbox error before the candidate's code ran ({phase}): " + error.splitlines()[0][:500],
+        correctness=corr,
+    )
+
+
+def _parse_guards(raw: Any) -> list[GuardViolation]:
+    """Findings the candidate's process reported (malformed entries are dropped)."""
+    import msgspec
+
+    out: list[GuardViolation] = []
+    for g in raw if isinstance(raw, list) else []:
+        try:
+            out.append(msgspec.convert(g, GuardViolation))
+        except (msgspec.ValidationError, TypeError):
+            continue
+    return out
+
+
 def _gpu_index(backend: str, gpu: str | None) -> str | None:
     """The GPU a cuda evaluation runs on, as NVML numbers it (None on cpu)."""
     if backend != "cuda":
@@ -1226,784 +2010,5 @@ def _gpu_index(backend: str, gpu: str | None) -> str | None:
     return gpu
 
 
-def _reference_phase(
-    p: Prepared,
-    env: dict[str, str],
-    slot: int,
-    turn: _Turn,
-    mem_fraction: float | None,
-    device: str,
-    n_trials: int,
-    on_start: Any = None,
-) -> _RefState | EvalResult:
-    """Draw the secret trials and have the reference compute its outputs (shared gate).
-    ``on_start(trials, init_seed, init_path, sd_path)`` is called inside the reference's hold,
-    just before its process starts (the early verification start)."""
-    cfg = p.config
-    assert p.root is not None and p.work is not None
-    root, work = p.root, p.work
-    private = root / "private"
-    secret = secrets.randbits(62)
-    from .runner import variant_schedule
-
-    # the numerics stress trials (off by default) after the plain ones: timing and the
-    # re-check draw from the first trials only
-    trials = [
-        {"seed": (secret + 7919 * (i + 1)) % (1 << 62), "variant": v}
-        for i, v in enumerate(variant_schedule(n_trials) + list(cfg.stress_trials))
-    ]
-    init_seed = (secret ^ 0x5DEECE66D) % (1 << 62)
-    shared = root / "shared"
-    shared.mkdir(mode=0o755, exist_ok=True)
-    init_path, sd_path = shared / "init_inputs.pt", shared / "state_dict.pt"
-    # 1. reference, in its own process (trusted code, same user, no network)
-    ref_env = dict(env, HOME=str(private), TMPDIR=str(private))
-    spec = {
-        "op": "reference",
-        "ref_path": str(work / "model.py"),
-        "device": device,
-        "init_seed": init_seed,
-        "trials": trials,
-        "init_path": str(init_path),
-        "sd_path": str(sd_path),
-        "report": str(private / "reference.report.json"),
-        "mem_fraction": mem_fraction,
-    }
-    with turn.shared("reference"):
-        if on_start is not None:
-            on_start(trials, init_seed, init_path, sd_path)
-        t = time.monotonic()
-        out, rep = _run_op(
-            spec,
-            private,
-            cwd=work,
-            env=ref_env,
-            limits=_limits(cfg, cfg.reference_timeout_s, p.backend, drop_user=False),
-            slot=slot,
-            writable=[private, shared],
-            warm=cfg.warm_spares(),
-            fork=cfg.fork_server,
-        )
-    p.stages["reference"] = time.monotonic() - t
-    _record_phases(p, "reference", rep)
-    p.meta["isolation"] = out.isolation
-    if not rep.get("ok"):
-        return _result(p, Status.INFRA_ERROR, "reference failed: " + _error_text(out, rep))
-    p.meta["device"] = rep.get("device_name", device)
-    for f in (init_path, sd_path):
-        os.chmod(f, 0o644)
-    # no reference output is kept (the judge recomputes them); the reference's and the judge's
-    # files are covered by an empty mount in the candidate's view where namespaces allow
-    hidden = [private] if caps().network_ns else []
-    return _RefState(
-        trials=trials,
-        init_seed=init_seed,
-        init_path=init_path,
-        sd_path=sd_path,
-        hidden=hidden,
-        input_bytes=int(rep.get("input_bytes") or 0),
-        output_bytes=int(rep.get("output_bytes") or 0),
-        param_bytes=int(rep.get("param_bytes") or 0),
-        device_name=rep.get("device_name", device),
-        isolation=out.isolation,
-    )
-
-
-def _stress_meta(trials: list[dict[str, Any]], verdicts: list[dict[str, Any]]) -> dict | None:
-    """``meta.stress_trials``: the stress variants run, the ones the candidate failed and the
-    ones skipped because the reference itself is unstable under them; None without any."""
-    from .runner import is_stress
-
-    idx = [i for i, t in enumerate(trials) if is_stress(t)]
-    if not idx:
-        return None
-    meta: dict[str, Any] = {
-        "variants": [trials[i]["variant"] for i in idx],
-        "failed": [],
-        "reference_unstable": [],
-    }
-    for i in idx:
-        v = verdicts[i] if i < len(verdicts) else {"passed": False, "message": "no verdict"}
-        row = {"trial": i, "variant": trials[i]["variant"]}
-        if v.get("skipped"):
-            meta["reference_unstable"].append({**row, "reason": v.get("reference_unstable")})
-        elif not v.get("passed"):
-            meta["failed"].append({**row, "message": str(v.get("message") or "")[:500]})
-    return meta
-
-
-def _run_on_device(
-    p: Prepared,
-    gpu: str | None,
-    slot: int,
-    turn: _Turn,
-    mem_fraction: float | None,
-    early_time: list[_TimeOp],
-) -> EvalResult:
-    """One run of the device half, as its steps: reference -> admission -> verification and
-    comparison -> verdict from the trials and guards -> baseline -> timing -> re-check ->
-    result. A timing process started early is appended to ``early_time`` (the caller ends it
-    when it was not needed)."""
-    cfg = p.config
-    d = _device_run(p, gpu, slot, turn, mem_fraction)
-    early = _EarlyVerify(d.root / "shared") if p.ref_state is None and _early_verify(cfg) else None
-    # 1. reference (or the first run's), the verification process started alongside if early
-    rs = _reference(d, early)
-    if isinstance(rs, EvalResult):
-        return rs
-    # 2. candidate verification, a confined process receiving only seeds, init inputs, weights,
-    # its outputs compared by the judge as they appear
-    room = _admit(d, rs, early)
-    if isinstance(room, EvalResult):
-        return room
-    try:
-        v = _verify_and_compare(d, rs, early)
-    finally:
-        room.__exit__(None, None, None)
-    if (r := _comparison_failed(p, v, early)) is not None:
-        return r
-    # the baseline decides whether the candidate is graph-timed, so it is known before timing;
-    # only a cached one is read this early (a failing candidate measures none)
-    base = _known_baseline(p.candidate, cfg, p.backend, gpu)
-    _start_timing_early(d, rs, v, base, early_time)
-    chk = _correctness(p, rs, v)
-    if (r := _verification_failed(p, v, chk.corr)) is not None:
-        return r
-    if (r := _trials_verdict(p, chk)) is not None:
-        return r
-    if not cfg.timing:
-        return _result(p, Status.OK, "correct (timing skipped)", correctness=chk.corr)
-    # 3. timing in a fresh process, then the re-check of a call made after the timed ones
-    base = _baseline_for_timing(d, base)
-    recheck = _Recheck(d, rs)
-    tm = _time(d, rs, base, early_time, recheck)
-    if (r := _timing_failed(p, tm, chk.corr)) is not None:
-        return r
-    verdict = _recheck_verdict(d, recheck, chk.corr)
-    if isinstance(verdict, EvalResult):
-        return verdict
-    timing, speed_e, speed_c = _timing_detail(p, tm.rep, base)
-    return _timed_result(d, verdict, chk.corr, timing, speed_e, speed_c)
-
-
-@dataclass
-class _DeviceRun:
-    """What every step of one device run shares: the candidate's directories, environment and
-    caches, and how each process that runs the candidate's code is confined."""
-
-    p: Prepared
-    gpu: str | None
-    slot: int
-    turn: _Turn
-    mem_fraction: float | None
-    device: str  # "cuda" or "cpu", as the runner's ops name it
-    root: Path
-    work: Path
-    io: Path
-    env: dict[str, str]
-    kb_cache: Path
-    writable: list[Path]  # all a candidate's process may write
-
-    def cand_spec(
-        self, trials: list, init_seed: int, init_path: Path, sd_path: Path
-    ) -> dict[str, Any]:
-        """The verification's spec (``candidate`` op): it receives only the trials' seeds, the
-        init inputs and the reference's weights."""
-        p, work = self.p, self.work
-        return {
-            "op": "candidate",
-            "ref_path": str(work / "model.py"),
-            "workdir": str(work),
-            "module_dir": str(work / "build") if p.candidate.solution.format == "workdir" else None,
-            "format": p.candidate.solution.format,
-            "kb_cache": str(self.kb_cache),
-            "device": self.device,
-            "backend": p.backend,
-            "init_seed": init_seed,
-            "init_path": str(init_path),
-            "sd_path": str(sd_path),
-            "trials": trials,
-            "io_dir": str(self.io),
-            "guard_policy": p.config.guard_policy,
-            "own_kernels": p.meta.get("own_kernels") or [],
-            "report": str(self.io / "candidate.report.json"),
-            "mem_fraction": self.mem_fraction,
-            "judge_failed_path": str(self.root / "shared" / "judge.failed"),
-        }
-
-    def ref_spec(self, rs: _RefState) -> dict[str, Any]:
-        """:meth:`cand_spec` for the reference's products ``rs``."""
-        return self.cand_spec(rs.trials, rs.init_seed, rs.init_path, rs.sd_path)
-
-    def confined(self, timeout_s: float, hidden: list[Path]) -> dict[str, Any]:
-        """:func:`_run_op`'s keywords for a process that runs the candidate's code."""
-        cfg = self.p.config
-        return dict(
-            cwd=self.work,
-            env=self.env,
-            limits=_limits(cfg, timeout_s, self.p.backend),
-            slot=self.slot,
-            writable=self.writable,
-            hidden=hidden,
-            warm=cfg.warm_spares(),
-            fork=cfg.fork_server,
-        )
-
-    def verify(
-        self, spec: dict, hidden: list[Path], extend: Any = None
-    ) -> tuple[Outcome, dict[str, Any]]:
-        """Run the verification process ``spec`` to its end under the shared gate."""
-        with self.turn.shared("verify"):
-            return _run_op(
-                spec,
-                self.root,
-                extend=extend,
-                **self.confined(self.p.config.verify_timeout_s, hidden),
-            )
-
-    def judge(self, rs: _RefState, name: str, files: list[tuple[str, int]]) -> _Judge:
-        """A judge of the candidate's output ``files`` (file, trial), in the reference's private
-        directory."""
-        private = str(self.root / "private")
-        env = dict(self.env, HOME=private, TMPDIR=private)
-        return _Judge(self.p, name, files, rs, env, self.slot, self.device, self.mem_fraction)
-
-    def time_op(self, rs: _RefState, base: Any) -> _TimeOp:
-        """The timing process, its protocol decided with the baseline ``base`` (None: unknown)."""
-        cfg = self.p.config
-        tspec = dict(
-            self.ref_spec(rs),
-            op="time",
-            report=str(self.io / "time.report.json"),
-            timing_config=_timing_config(cfg, self.p.backend, base),
-            timing_sets=cfg.timing_sets,
-            timing_cpus=list(kept_cpus()),
-        )
-        return _TimeOp(tspec, self.root, self.io, **self.confined(cfg.time_timeout_s, rs.hidden))
-
-
-def _device_run(
-    p: Prepared, gpu: str | None, slot: int, turn: _Turn, mem_fraction: float | None
-) -> _DeviceRun:
-    """The run's surroundings: ``io`` and ``tmp`` made writable by the slot's uid, the
-    solution's extension caches, the candidate's environment."""
-    assert p.root is not None and p.work is not None
-    cache = cache_root(p.config)
-    io, tmp = p.root / "io", p.root / "tmp"
-    lim_c = _limits(p.config, 1, p.backend)
-    prepare_writable(io, slot, lim_c)
-    prepare_writable(tmp, slot, lim_c)
-    kb_cache, triton = _extension_caches(cache, p.candidate.solution.id)
-    return _DeviceRun(
-        p=p,
-        gpu=gpu,
-        slot=slot,
-        turn=turn,
-        mem_fraction=mem_fraction,
-        device="cuda" if p.backend == "cuda" else "cpu",
-        root=p.root,
-        work=p.work,
-        io=io,
-        env=_candidate_env(tmp, gpu, p.backend, triton),
-        kb_cache=kb_cache,
-        writable=[io, tmp, kb_cache, triton],
-    )
-
-
-def _reference(d: _DeviceRun, early: _EarlyVerify | None) -> _RefState | EvalResult:
-    """The reference's products: computed now (:func:`_compute_reference`) or, on a re-run
-    alone, the first run's (``meta["reference_reused"]``); or the result when it failed.
-    Sets ``meta`` ``device`` and ``isolation``."""
-    p = d.p
-    rs = p.ref_state
-    if rs is None:
-        got = _compute_reference(d, early)
-        if isinstance(got, EvalResult):
-            return got
-        rs = p.ref_state = got
-    else:
-        p.meta["reference_reused"] = True  # a re-run alone: same secret trials, same outputs
-    p.meta["device"] = rs.device_name
-    p.meta["isolation"] = rs.isolation
-    return rs
-
-
-def _compute_reference(d: _DeviceRun, early: _EarlyVerify | None) -> _RefState | EvalResult:
-    """:func:`_reference_phase`; with ``early``, the verification process starts inside the
-    reference's hold, waiting for its start signal, and is cancelled if the reference fails
-    or raises."""
-    cfg = d.p.config
-    on_start = None
-    if early is not None:
-
-        def on_start(trials: list, init_seed: int, init_path: Path, sd_path: Path) -> None:
-            # the reference's outputs are covered by a mount in this process's view (the
-            # condition of an early start), so it may start before they exist
-            spec = _early_start_spec(
-                d.cand_spec(trials, init_seed, init_path, sd_path),
-                early.start,
-                early.abort,
-                cfg.reference_timeout_s + 30.0,
-            )
-            # its time limit counts from the start signal (the wait is the reference's)
-            early.run(d.verify, spec, [d.root / "private"], early.waited)
-
-    n_trials = max(5, cfg.trials)
-    try:
-        got = _reference_phase(
-            d.p, d.env, d.slot, d.turn, d.mem_fraction, d.device, n_trials, on_start=on_start
-        )
-    except BaseException:
-        if early is not None:
-            early.cancel()
-        raise
-    if isinstance(got, EvalResult) and early is not None:
-        early.cancel()
-    return got
-
-
-def _admit(d: _DeviceRun, rs: _RefState, early: _EarlyVerify | None) -> Any:
-    """The verification's reservation (``admission``: device memory, host memory, disk),
-    entered (stage ``admission_wait``); the caller exits it. When there is no room: the
-    ``infra_error`` result, ``early`` cancelled."""
-    p = d.p
-    need = admission.verification_need(rs.input_bytes, rs.output_bytes, rs.param_bytes, p.backend)
-    try:
-        room = admission.reserve(
-            need,
-            gpu=_gpu_index(p.backend, d.gpu),
-            disk_at=d.io,
-            timeout_s=p.config.admission_timeout_s,
-        )
-        waited = room.__enter__()
-    except admission.NoRoom as e:
-        if early is not None:
-            early.cancel()
-        return _result(p, Status.INFRA_ERROR, f"sandbox out of resources (verification): {e}")
-    p.stages["admission_wait"] = waited
-    return room
-
-
-class _Verified(NamedTuple):
-    """The verification process's and the judge's outcomes and reports."""
-
-    out: Outcome
-    rep: dict[str, Any]
-    jout: Outcome
-    jrep: dict[str, Any]
-    t_wall: float  # wall-clock time the ``verify`` stage started
-
-
-def _verify_and_compare(d: _DeviceRun, rs: _RefState, early: _EarlyVerify | None) -> _Verified:
-    """The candidate's verification process (``early``'s, let go, when one waits) and the judge
-    comparing its outputs as they appear; stages ``verify`` (the candidate's process) and
-    ``compare`` (the judge's work after it ended)."""
-    p = d.p
-    t, t_wall = time.monotonic(), time.time()
-    verdicts = d.judge(rs, "judge", [(f"out_{i}.pt", i) for i in range(len(rs.trials))])
-    verdicts.start()
-    try:
-        if early is not None:  # started by the reference phase, waiting, warm
-            out, rep = early.go()  # the stage counts from here
-            p.meta["verify_started_early"] = True
-        else:
-            out, rep = d.verify(d.ref_spec(rs), rs.hidden)
-    finally:
-        verdicts.candidate_done()
-    p.stages["verify"] = time.monotonic() - t
-    t_compare = time.monotonic()
-    jout, jrep = verdicts.join()
-    # the judge's work after the candidate's process ended (the rest overlapped it)
-    p.stages["compare"] = time.monotonic() - t_compare
-    return _Verified(out, rep, jout, jrep, t_wall)
-
-
-def _comparison_failed(p: Prepared, v: _Verified, early: _EarlyVerify | None) -> EvalResult | None:
-    """Records where the verification's and the judge's time went; the ``infra_error`` result
-    when the judge failed, else None."""
-    _record_phases(p, "verify", v.rep, stage_t0=v.t_wall if early is not None else None)
-    _record_phases(p, "judge", v.jrep, life_s=p.stages["verify"] + p.stages["compare"])
-    p.meta["isolation"] = v.out.isolation
-    if not v.jrep.get("ok"):
-        return _result(p, Status.INFRA_ERROR, "comparison failed: " + _error_text(v.jout, v.jrep))
-    return None
-
-
-def _start_timing_early(
-    d: _DeviceRun, rs: _RefState, v: _Verified, base: Any, early_time: list[_TimeOp]
-) -> None:
-    """Start the timing process now, appended to ``early_time``, when it is asked for early, the
-    verification process ended well and the baseline that decides its protocol is known (or
-    none is wanted)."""
-    cfg = d.p.config
-    if (
-        cfg.timing
-        and cfg.early_time
-        and v.out.returncode == 0
-        and v.rep.get("ok")
-        and (base is not None or not _wants_baseline(cfg))
-    ):
-        # the timing process imports torch while the outputs are compared (3 s on the H200)
-        early_time.append(d.time_op(rs, base))
-        early_time[0].start_early(start_timeout_s=cfg.verify_timeout_s + 600.0)
-
-
-class _Checked(NamedTuple):
-    """The verification's correctness detail, its trials, and the stress trials' meta."""
-
-    corr: CorrectnessDetail
-    details: list[TrialDetail]
-    stress: dict[str, Any] | None
-
-
-def _correctness(p: Prepared, rs: _RefState, v: _Verified) -> _Checked:
-    """The judge's per-trial verdicts as the correctness detail (passed only when every trial
-    passed and the candidate's process ended well); adds the judge's and the process's guard
-    findings to ``p.guards``, and ``meta`` ``stress_trials`` and ``state_dict``."""
-    cfg, trials, rep, jrep = p.config, rs.trials, v.rep, v.jrep
-    details = [
-        TrialDetail(
-            variant=tr["variant"],
-            passed=bool(tv.get("passed")),
-            max_abs_err=tv.get("max_abs_err"),
-            max_rel_err=tv.get("max_rel_err"),
-            rel_norm_err=tv.get("rel_norm_err"),
-            message=str(tv.get("message") or "")[:500],
-        )
-        for tr, tv in zip(trials, jrep.get("trials") or [], strict=False)
-    ]
-    p.guards.extend(_parse_guards(jrep.get("guards")))
-    stress = _stress_meta(trials, jrep.get("trials") or [])
-    if stress is not None:
-        p.meta["stress_trials"] = stress
-    passed = (
-        len(details) == len(trials)
-        and all(t.passed for t in details)
-        and rep.get("ok") is True
-        and v.out.returncode == 0
-    )
-    corr = CorrectnessDetail(
-        passed=passed, atol=cfg.atol, rtol=cfg.rtol, trials=details, seconds=p.stages["verify"]
-    )
-    if rep.get("state_dict"):
-        p.meta["state_dict"] = rep["state_dict"]
-    p.guards.extend(_parse_guards(rep.get("guards")))
-    return _Checked(corr, details, stress)
-
-
-def _verification_failed(p: Prepared, v: _Verified, corr: CorrectnessDetail) -> EvalResult | None:
-    """The result when the verification process timed out (``timeout``) or failed
-    (``infra_error`` when the failure is the sandbox's, else ``runtime_error``); None when it
-    ended well."""
-    out, rep, cfg = v.out, v.rep, p.config
-    if out.timed_out:
-        corr.message = f"verification exceeded {cfg.verify_timeout_s:.0f}s"
-        return _result(
-            p,
-            Status.TIMEOUT,
-            corr.message + f" (at {rep.get('stage', 'start')})" if rep else corr.message,
-            correctness=corr,
-        )
-    if out.returncode == 0 and rep.get("ok"):
-        return None
-    corr.message = _error_text(out, rep)
-    if failed_in_setup(rep):
-        return _setup_failure(p, "verification", corr.message, corr)
-    if ran_out_in_probe(rep, corr.message):
-        return _result(
-            p,
-            Status.INFRA_ERROR,
-            "out of device memory in the guards' probe (the evaluator's re-runs after every "
-            "trial passed through the candidate): " + corr.message.splitlines()[0][:400],
-            correctness=corr,
-        )
-    return _result(
-        p,
-        Status.RUNTIME_ERROR,
-        f"candidate failed ({out.describe()}): " + corr.message.splitlines()[0][:500]
-        if corr.message
-        else out.describe(),
-        correctness=corr,
-    )
-
-
-def _trials_verdict(p: Prepared, chk: _Checked) -> EvalResult | None:
-    """``guard_violation`` when a finding rejects, ``incorrect`` when a trial failed (named by
-    the first failing trial; a stress trial's failure said so); None when all is correct."""
-    corr, details, stress = chk
-    rejects = [g for g in p.guards if g.severity == "reject"]
-    if rejects:
-        return _result(
-            p,
-            Status.GUARD_VIOLATION,
-            "; ".join(f"{g.code}: {g.message}" for g in rejects)[:2000],
-            correctness=corr,
-        )
-    if corr.passed:
-        return None
-    first = next((t for t in details if not t.passed), None)
-    corr.message = first.message if first else "incorrect"
-    at = details.index(first) if first else -1
-    if first is not None and stress is not None and first.variant in stress["variants"]:
-        # a plain trial's failure is reported first: this one failed only under stress
-        corr.message = f"stress trial {first.variant} (trial {at}): {corr.message}"
-        return _result(p, Status.INCORRECT, corr.message, correctness=corr)
-    return _result(
-        p,
-        Status.INCORRECT,
-        f"trial {at if first else '?'} ({first.variant if first else ''}): {corr.message}",
-        correctness=corr,
-    )
-
-
-def _baseline_for_timing(d: _DeviceRun, base: Any) -> Any:
-    """``base``, or, when baselines are wanted and none is known yet, the task's baseline
-    measured (or read) now (stage ``baseline``)."""
-    p = d.p
-    if base is None and _wants_baseline(p.config):
-        t = time.monotonic()
-        base = _baseline(p.candidate, p.config, p.backend, d.gpu, d.turn)
-        p.stages["baseline"] = time.monotonic() - t
-    return base
-
-
-class _Recheck:
-    """The re-check: the judge on the output of a call the timing process made after its timed
-    calls. Called once, inside the timed hold or after it; :attr:`result` is the judge's
-    (outcome, report) once it ran, :attr:`seconds` its time."""
-
-    def __init__(self, d: _DeviceRun, rs: _RefState):
-        self.d, self.rs = d, rs
-        self.result: tuple[Outcome, dict[str, Any]] | None = None
-        self.seconds = 0.0
-
-    def __call__(self) -> None:
-        t = time.monotonic()
-        j = self.d.judge(self.rs, "recheck", [("timed_out.pt", 0)])
-        j.candidate_done()  # the timing process has ended: its file is there or never
-        self.result = j.run()
-        self.seconds = time.monotonic() - t
-
-
-class _Timed(NamedTuple):
-    """The timing process's outcome and report, and the seconds it waited for the gate."""
-
-    out: Outcome
-    rep: dict[str, Any]
-    waited: float
-
-
-def _time(
-    d: _DeviceRun, rs: _RefState, base: Any, early_time: list[_TimeOp], recheck: _Recheck
-) -> _Timed:
-    """Run the timing process (the one started early, if any) to its end, ``recheck`` inside
-    its exclusive hold when it ended well; stages ``time`` (from the start signal when early;
-    neither the gate waits nor the re-check) and ``time_wait``, and the timing's ``meta``."""
-    p = d.p
-    t, t_wall = time.monotonic(), time.time()
-    timer = early_time[0] if early_time else d.time_op(rs, base)
-    out, rep, waited = timer.run(d.turn, then=recheck)
-    p.stages["time"] = time.monotonic() - t - waited - recheck.seconds
-    p.stages["time_wait"] = waited
-    _record_phases(p, "time", rep, stage_t0=t_wall if early_time else None, gate_wait=waited)
-    if kept_cpus():  # where the timing ran (profiler.cpus): the kept cores, the rest elsewhere
-        p.meta["cpus"] = {
-            "kept": list(kept_cpus()),
-            "timed": rep.get("timed_cpus"),
-            "time_process": rep.get("cpus"),
-        }
-    if early_time:
-        p.meta["time_started_early"] = round(timer.pre_start_s, 3)  # seconds it waited warm
-    if isinstance(rep.get("timed_wall"), list):
-        p.meta["timed_wall"] = [round(float(x), 6) for x in rep["timed_wall"][:2]]
-    return _Timed(out, rep, waited)
-
-
-def _timing_failed(p: Prepared, tm: _Timed, corr: CorrectnessDetail) -> EvalResult | None:
-    """The result when the timing process timed out, waited too long for the device (the
-    parent's own measure) or failed; None when it ended well."""
-    out, rep = tm.out, tm.rep
-    if out.timed_out:
-        return _result(
-            p, Status.TIMEOUT, f"timing exceeded {p.config.time_timeout_s:.0f}s", correctness=corr
-        )
-    if tm.waited >= GO_TIMEOUT_S - 1.0:  # the parent's own measure: a candidate cannot claim it
-        return _result(
-            p,
-            Status.INFRA_ERROR,
-            "the timing process waited too long for the device: " + _error_text(out, rep)[:500],
-            correctness=corr,
-        )
-    if out.returncode == 0 and rep.get("ok"):
-        return None
-    if failed_in_setup(rep):
-        return _setup_failure(p, "timing", _error_text(out, rep), corr)
-    return _result(
-        p,
-        Status.RUNTIME_ERROR,
-        "candidate failed while timed: " + _error_text(out, rep).splitlines()[0][:500],
-        correctness=corr,
-    )
-
-
-def _recheck_verdict(
-    d: _DeviceRun, recheck: _Recheck, corr: CorrectnessDetail
-) -> dict[str, Any] | EvalResult:
-    """The re-check's verdict on the timed output (run now, shared, unless the timed hold ran
-    it; stage ``recheck``), or the result when it failed (``infra_error``) or found the output
-    wrong (``incorrect``)."""
-    p = d.p
-    if recheck.result is None:
-        with d.turn.shared("recheck"):
-            recheck()
-    assert recheck.result is not None
-    jout, jrep = recheck.result
-    p.stages["recheck"] = recheck.seconds
-    if not jrep.get("ok"):
-        return _result(p, Status.INFRA_ERROR, "re-check failed: " + _error_text(jout, jrep))
-    v = (jrep.get("trials") or [{"passed": False, "message": "no verdict"}])[0]
-    if not v.get("passed"):
-        corr.passed = False
-        corr.message = "output after the timed calls is wrong: " + str(v.get("message"))[:500]
-        return _result(p, Status.INCORRECT, corr.message, correctness=corr)
-    return v
-
-
-def _timing_detail(
-    p: Prepared, rep: dict[str, Any], base: Any
-) -> tuple[TimingDetail, float | None, float | None]:
-    """The timing detail of the timing process's report and, with baselines, the speed-ups
-    over eager and compiled (None where unknown), compared as the candidate was timed."""
-    cand_stats = TimingStats(
-        **{k: val for k, val in rep["stats"].items() if k in TimingStats.__struct_fields__}
-    )
-    timing = TimingDetail(
-        protocol_version=_protocol(),
-        candidate=cand_stats,
-        flags=list(rep["stats"].get("flags", []) or []),
-        seconds=p.stages["time"],
-    )
-    speed_e = speed_c = None
-    if p.config.baselines:
-        b = base
-        if b is not None:
-            timing.eager, timing.compile = _comparable_baseline(b, cand_stats)
-            if b.error:
-                timing.flags.append(f"baseline: {b.error[:200]}")
-            if timing.eager and cand_stats.median_ms > 0:
-                speed_e = timing.eager.median_ms / cand_stats.median_ms
-                timing.speedup_vs_eager_ci = _ratio_ci(timing.eager, cand_stats)
-            if timing.compile and cand_stats.median_ms > 0:
-                speed_c = timing.compile.median_ms / cand_stats.median_ms
-                timing.speedup_vs_compile_ci = _ratio_ci(timing.compile, cand_stats)
-                p.meta["baseline_compile_mode"] = b.compile_mode  # what speed_c compares with
-    return timing, speed_e, speed_c
-
-
-def _timed_result(
-    d: _DeviceRun,
-    v: dict[str, Any],
-    corr: CorrectnessDetail,
-    timing: TimingDetail,
-    speed_e: float | None,
-    speed_c: float | None,
-) -> EvalResult:
-    """``ok`` ("correct and timed"), or ``guard_violation`` when the timing guards (speed of
-    light, roofline) reject the timing; ``v`` is the re-check's verdict."""
-    from cuda_agent.guards.api import timing_checks
-
-    p, cfg, c = d.p, d.p.config, d.p.candidate
-    # the judge measured the output's real storage on the file it compared (a value the
-    # candidate's process reports itself would let it lower its own floor)
-    stored = v.get("storage_bytes")
-    bound, roofline = (
-        _speed_of_light_ms(c, p.backend, d.gpu, d.turn, stored if isinstance(stored, int) else None)
-        if cfg.guard_policy != "off"
-        else (None, None)
-    )
-    if bound is not None:
-        p.meta["speed_of_light_ms"] = round(bound, 6)  # the output floor
-    if roofline is not None:
-        p.meta["roofline_ms"] = round(roofline, 6)
-    tg = (
-        list(timing_checks(timing, bound, estimate_ms=roofline))
-        if cfg.guard_policy != "off"
-        else []
-    )
-    p.guards.extend(tg)
-    if any(g.severity == "reject" for g in tg):
-        return _result(
-            p,
-            Status.GUARD_VIOLATION,
-            "; ".join(f"{g.code}: {g.message}" for g in tg if g.severity == "reject"),
-            correctness=corr,
-            timing=timing,
-            speedup_vs_eager=speed_e,
-            speedup_vs_compile=speed_c,
-        )
-    return _result(
-        p,
-        Status.OK,
-        "correct and timed",
-        correctness=corr,
-        timing=timing,
-        speedup_vs_eager=speed_e,
-        speedup_vs_compile=speed_c,
-    )
-
-
-def evaluate(
-    candidate: Candidate,
-    config: SandboxConfig | None = None,
-    *,
-    gpu: str | None = None,
-    slot: int = 0,
-) -> EvalResult:
-    """Build, verify and time one candidate; always returns an ``EvalResult`` (failures of the
-    candidate, and of the sandbox itself as ``infra_error``, are results)."""
-    cfg = config or SandboxConfig()
-    backend = resolve_backend(cfg.backend)
-    install_timing_cpus(cfg.timing_cpus)
-    _prewarm(candidate, cfg, backend, gpu)
-    p = prepare(candidate, cfg, backend=backend)
-    importing = None
-    if p.result is None and backend == "cuda" and "torch" not in sys.modules:
-        # the speed-of-light floor and the working-set count (cuda only) need torch in this
-        # process: import it while the reference runs (a lone evaluation, e.g. an agent's
-        # verify tool, otherwise waited for both imports one after the other); the outputs are
-        # compared by the judge process
-        importing = threading.Thread(
-            target=importlib.import_module, args=("torch",), name="import-torch", daemon=True
-        )
-        importing.start()
-    try:
-        return run_on_device(p, gpu=gpu, slot=slot)
-    finally:
-        if importing is not None:
-            importing.join()  # never left importing at interpreter exit
-
-
-def _prewarm(candidate: Candidate, cfg: SandboxConfig, backend: str, gpu: str | None) -> None:
-    """Start the fork servers this evaluation's phases will fork from, so that their import
-    overlaps the static checks and the build instead of following them (a lone evaluation,
-    e.g. an agent's verify tool, would otherwise wait for it at its first phase)."""
-    src = candidate.solution.files.get("model_new.py", "")
-    kb = candidate.solution.format == "kernelbench" and bool(_BUILDS_EXTENSION.search(src))
-    prewarm_servers(cfg, backend, [gpu], compile_phase=kb)
-
-
-def prewarm_servers(
-    cfg: SandboxConfig, backend: str, gpus: list[str | None], *, compile_phase: bool = False
-) -> None:
-    """Start, without waiting, the fork servers of the device phases on ``gpus`` (None: the
-    default device) and, with ``compile_phase``, of the kernelbench compile phase (no GPU);
-    nothing when ``cfg.fork_server`` is off."""
-    pool = shared_pool(0, True) if cfg.fork_server else None
-    if pool is None:
-        return
-    here = Path(tempfile.gettempdir())  # per-evaluation directories are not part of the key
-    for gpu in gpus:
-        pool.prewarm(_candidate_env(here, gpu, backend, here))
-    if compile_phase:
-        env = _candidate_env(here, None, backend, here)
-        pool.prewarm({**env, "CUDA_VISIBLE_DEVICES": ""})  # the compile phase's
+def _domain(backend: str, gpu: str | None) -> str:
+    return domain_of(backend, _gpu_index(backend, gpu) if backend == "cuda" else gpu)
