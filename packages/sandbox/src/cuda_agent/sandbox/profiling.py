@@ -17,7 +17,7 @@ from cuda_agent.records import Candidate, TimingStats
 from .config import SandboxConfig
 
 if TYPE_CHECKING:
-    from .evaluate import _Turn
+    from .phases import _Turn
 
 _BASELINE_LOCK = threading.Lock()
 
