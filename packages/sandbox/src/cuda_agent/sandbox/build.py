@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import json
 import os
@@ -678,9 +679,79 @@ def build_workdir(
         return BuildResult(
             False, None, "nvcc not found (set CUDA_HOME)", time.monotonic() - t0, False
         )
-    flags = flags_for(backend)
-    deps = _deps_digest(src)
+    b = _Build(src, out, backend, cache, base, flags_for(backend), _deps_digest(src), t0)
     split = backend == "cuda" and split_enabled()
+    _key_units(b, units, split)
+    infra_s = _prepare_pch(b, units, pch)
+    _prepare_split(b, units, split)
+    b.deadline = t0 + infra_s + timeout_s
+    todo = _compile_units(b, units, jobs)
+    b.notes += _header_notes(todo)
+    _check_pch_used(b, units)
+    logs = [
+        f"== {u.rel} ({u.kind}){' [cached]' if u.cached else f' {u.seconds:.1f}s'}\n{u.log}".rstrip()
+        for u in units
+        if u.log or not u.ok
+    ]
+    facts = [_unit_facts(u) for u in units]
+    if not all(u.ok for u in units):
+        timed_out = any(u.timed_out for u in units)
+        head = f"compile time limit ({timeout_s:.0f}s) exceeded\n" if timed_out else ""
+        return b.result(False, None, head + "\n".join(b.notes + logs), facts, timed_out=timed_out)
+    return _link(b, units, logs, facts)
+
+
+@dataclass
+class _Build:
+    """What the steps of one :func:`build_workdir` share: its inputs, the toolchain, and what
+    the steps decide (precompiled prelude, split nvcc, the deadline, notes, who ran)."""
+
+    src: Path
+    out: Path
+    backend: str
+    cache: ObjectCache
+    base: Limits  # the compilers' limits, but for the time limit (from ``deadline``)
+    flags: Flags
+    deps: str  # digest of the solution's and the infrastructure's headers
+    t0: float
+    deadline: float = 0.0
+    pch_dir: Path | None = None
+    pch_state: str = "off"
+    wrapper: nvcc_split.Wrapper | None = None
+    notes: list[str] = field(default_factory=list)
+    ran_as: set[str] = field(default_factory=set)  # who the compilers and the linker ran as
+
+    def result(
+        self,
+        ok: bool,
+        so: Path | None,
+        log: str,
+        units: list[dict[str, object]],
+        *,
+        cached: bool = False,
+        timed_out: bool = False,
+        link_seconds: float = 0.0,
+        link_stubs: bool = False,
+    ) -> BuildResult:
+        """The build's result, its time counted from the start and its shared facts filled in."""
+        return BuildResult(
+            ok,
+            so,
+            log,
+            time.monotonic() - self.t0,
+            cached,
+            timed_out,
+            units,
+            self.pch_state,
+            link_seconds,
+            link_stubs,
+            " and ".join(sorted(self.ran_as)),
+        )
+
+
+def _key_units(b: _Build, units: list[Unit], split: bool) -> None:
+    """Each unit's cache key (toolchain, kind, text, headers, stand-ins, split), its object
+    paths and whether they are all cached; a binding's umbrella includes and C++ frontend use."""
     standin_key = _sha(*(f.read_bytes() for f in sorted(STANDIN.rglob("*.h"))))
     for u in units:
         text = u.src.read_bytes()
@@ -689,106 +760,132 @@ def build_workdir(
             u.heavy = tuple(heavy_includes(decoded))
             u.frontend = uses_cpp_frontend(decoded)
         u.key = _sha(
-            flags.key,
+            b.flags.key,
             u.kind,
             text,
-            deps if u.kind != "cuda" else _sha(deps, "cu"),
+            b.deps if u.kind != "cuda" else _sha(b.deps, "cu"),
             standin_key if u.kind == "binding" else "",
             "split" if u.kind == "cuda" and split else "",
         )
         if u.kind == "cuda":
-            u.obj, u.parts = _split_parts(cache, u.key)
+            u.obj, u.parts = _split_parts(b.cache, u.key)
         else:
-            u.obj = cache.existing(cache.obj_path(u.key))
+            u.obj = b.cache.existing(b.cache.obj_path(u.key))
         u.cached = u.obj.exists() and all(p.exists() for p in u.parts)
-    notes: list[str] = []
-    pch_dir: Path | None = None
-    pch, pch_state = pch_wanted(cache, flags, pch)
-    if pch:
-        pch_state = "unused (bindings cached)"
-    infra_s = 0.0  # building the prelude is the toolchain's time, not the candidate's budget
-    if pch and any(u.kind == "binding" and not u.cached for u in units):
-        tp = time.monotonic()
-        pch_dir, note = ensure_pch(cache, flags, base)
-        infra_s = time.monotonic() - tp  # built here, or waited for while another process did
-        notes.append(note)
-        pch_state = "on" if pch_dir else "failed"
-    wrapper: nvcc_split.Wrapper | None = None
-    if split and any(u.kind == "cuda" and not u.cached for u in units):
-        wrapper, why = ensure_split_wrapper(cache, flags)
-        if wrapper is None:
-            for u in units:
-                if u.kind == "cuda":
-                    u.nvcc = f"whole ({why})"
-    deadline = t0 + infra_s + timeout_s
 
-    ran_as: set[str] = set()  # who the compilers and the linker ran as (_who)
 
-    def ran() -> str:
-        return " and ".join(sorted(ran_as))
+def _prepare_pch(b: _Build, units: list[Unit], pch: bool | None) -> float:
+    """Decide on the precompiled prelude (``b.pch_state``) and, when wanted and a binding is to
+    be compiled, have it (``b.pch_dir``; None if it failed); returns the seconds that took,
+    which are the toolchain's, not the candidate's budget."""
+    want, b.pch_state = pch_wanted(b.cache, b.flags, pch)
+    if want:
+        b.pch_state = "unused (bindings cached)"
+    if not (want and any(u.kind == "binding" and not u.cached for u in units)):
+        return 0.0
+    tp = time.monotonic()
+    b.pch_dir, note = ensure_pch(b.cache, b.flags, b.base)
+    infra_s = time.monotonic() - tp  # built here, or waited for while another process did
+    b.notes.append(note)
+    b.pch_state = "on" if b.pch_dir else "failed"
+    return infra_s
 
-    def compile_one(u: Unit) -> None:
-        if u.cached:
-            return
-        lim0 = Limits(**{**base.__dict__, "address_space_mb": None})
-        # the compiler reads the candidate's source, which may name any file (#include of an
-        # absolute path), and its errors go back to the agent: it runs as a leased unprivileged
-        # uid where one is dropped to, writing only a scratch directory of its own
-        with sandbox_uid(lim0) as uid, _scratch(out, lim0, uid) as scratch:
-            ran_as.add(_who(uid))
-            tmp = scratch / "unit.o"
-            standin = bool(u.heavy) and os.environ.get("CUDA_AGENT_STANDIN", "1") != "0"
-            if standin and u.frontend:  # it would fail against the stand-in: skip that attempt
-                standin, u.headers = False, "real (C++ frontend)"
-            t = time.monotonic()
-            if u.kind == "cuda" and wrapper is not None:
-                if _compile_split(
-                    u, flags, wrapper, src, scratch, uid, lim0, deadline, cache, deps
-                ):
-                    u.seconds = time.monotonic() - t
-                    return
-            elif u.kind == "cuda" and not u.nvcc:
-                u.nvcc = "whole"
-            while True:
-                cmd = _unit_cmd(u, flags, tmp, src, pch_dir, standin)
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    u.ok, u.timed_out = False, True
-                    u.log = "not started: compile time limit reached"
-                    return
-                lim = Limits(**{**lim0.__dict__, "timeout_s": left})
-                res = run_confined(
-                    cmd,
-                    cwd=src,
-                    env=_compiler_env(scratch),
-                    limits=lim,
-                    writable=[scratch],
-                    uid=uid,
-                )
-                if standin and (res.returncode != 0 or not tmp.exists()) and not res.timed_out:
-                    standin, u.headers = False, "real (stand-in failed)"
-                    continue  # needs more than the prelude declares: the real headers decide
-                if standin:
-                    u.headers = "stand-in"
-                break
-            u.seconds = time.monotonic() - t
-            u.log = (res.stdout + res.stderr).strip()
-            if res.returncode == 0 and tmp.exists():
-                cache.put(tmp, u.obj)  # type: ignore[arg-type]
-            else:
-                u.ok = False
-                u.timed_out = res.timed_out
-                if res.killed_for:
-                    u.log += f"\n[{res.describe()}]"
 
+def _prepare_split(b: _Build, units: list[Unit], split: bool) -> None:
+    """With the split on and a ``.cu`` to compile, the split's wrapper (``b.wrapper``); when it
+    cannot be had, every ``.cu`` is marked to compile whole, saying why."""
+    if not (split and any(u.kind == "cuda" and not u.cached for u in units)):
+        return
+    b.wrapper, why = ensure_split_wrapper(b.cache, b.flags)
+    if b.wrapper is None:
+        for u in units:
+            if u.kind == "cuda":
+                u.nvcc = f"whole ({why})"
+
+
+def _compile_units(b: _Build, units: list[Unit], jobs: int) -> list[Unit]:
+    """Compile the units not cached, ``jobs`` at a time, slowest first; returns them. On the cpu
+    backend without the prelude, counts the bindings compiled (:func:`pch_wanted`)."""
     todo = [u for u in units if not u.cached]
     # slowest first: bindings, then CUDA, then plain C++
     todo.sort(key=lambda u: {"binding": 0, "main": 1, "cuda": 2, "kernel": 3}[u.kind])
     if todo:
         with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(todo)))) as ex:
-            list(ex.map(compile_one, todo))
-    if pch_dir is None and backend != "cuda":
-        _count_unprecompiled(cache, flags, sum(u.kind == "binding" for u in todo))
+            list(ex.map(functools.partial(_compile_unit, b), todo))
+    if b.pch_dir is None and b.backend != "cuda":
+        _count_unprecompiled(b.cache, b.flags, sum(u.kind == "binding" for u in todo))
+    return todo
+
+
+def _compile_unit(b: _Build, u: Unit) -> None:
+    """Compile the uncached unit ``u`` into the object cache (a ``.cu`` split where it can be),
+    setting its outcome, time and log."""
+    lim0 = Limits(**{**b.base.__dict__, "address_space_mb": None})
+    # the compiler reads the candidate's source, which may name any file (#include of an
+    # absolute path), and its errors go back to the agent: it runs as a leased unprivileged
+    # uid where one is dropped to, writing only a scratch directory of its own
+    with sandbox_uid(lim0) as uid, _scratch(b.out, lim0, uid) as scratch:
+        b.ran_as.add(_who(uid))
+        standin = bool(u.heavy) and os.environ.get("CUDA_AGENT_STANDIN", "1") != "0"
+        if standin and u.frontend:  # it would fail against the stand-in: skip that attempt
+            standin, u.headers = False, "real (C++ frontend)"
+        t = time.monotonic()
+        if u.kind == "cuda" and b.wrapper is not None:
+            if _compile_split(
+                u, b.flags, b.wrapper, b.src, scratch, uid, lim0, b.deadline, b.cache, b.deps
+            ):
+                u.seconds = time.monotonic() - t
+                return
+        elif u.kind == "cuda" and not u.nvcc:
+            u.nvcc = "whole"
+        _compile_whole(b, u, scratch, uid, lim0, standin, t)
+
+
+def _compile_whole(
+    b: _Build, u: Unit, scratch: Path, uid: int | None, lim0: Limits, standin: bool, t: float
+) -> None:
+    """Compile ``u`` whole within the deadline (a binding with umbrella includes first against
+    the stand-ins, ``standin``, then, if that fails, against the real headers); its object into
+    the cache, or ``u`` failed with the compiler's log. ``t``: when its compile started (a unit
+    not started for want of time keeps no seconds)."""
+    tmp = scratch / "unit.o"
+    while True:
+        cmd = _unit_cmd(u, b.flags, tmp, b.src, b.pch_dir, standin)
+        left = b.deadline - time.monotonic()
+        if left <= 0:
+            u.ok, u.timed_out = False, True
+            u.log = "not started: compile time limit reached"
+            return
+        lim = Limits(**{**lim0.__dict__, "timeout_s": left})
+        res = run_confined(
+            cmd,
+            cwd=b.src,
+            env=_compiler_env(scratch),
+            limits=lim,
+            writable=[scratch],
+            uid=uid,
+        )
+        if standin and (res.returncode != 0 or not tmp.exists()) and not res.timed_out:
+            standin, u.headers = False, "real (stand-in failed)"
+            continue  # needs more than the prelude declares: the real headers decide
+        if standin:
+            u.headers = "stand-in"
+        break
+    u.seconds = time.monotonic() - t
+    u.log = (res.stdout + res.stderr).strip()
+    if res.returncode == 0 and tmp.exists():
+        b.cache.put(tmp, u.obj)  # type: ignore[arg-type]
+    else:
+        u.ok = False
+        u.timed_out = res.timed_out
+        if res.killed_for:
+            u.log += f"\n[{res.describe()}]"
+
+
+def _header_notes(todo: list[Unit]) -> list[str]:
+    """A note for each compiled binding with umbrella includes: which headers it was compiled
+    with, and what that costs."""
+    notes: list[str] = []
     for u in todo:
         if not u.heavy:
             continue
@@ -811,103 +908,96 @@ def build_workdir(
                 " file (more than twice the time). Include <torch/types.h> and"
                 " <torch/csrc/utils/pybind.h> (plus what you use) instead."
             )
-    if pch_dir is not None:
-        why = next((w for u in units if u.kind == "binding" and (w := pch_rejection(u.log))), None)
-        if why:
-            pch_state = "rejected"
-            notes.append(f"pch: rejected by the compiler, bindings parsed the prelude: {why}")
-    logs = [
-        f"== {u.rel} ({u.kind}){' [cached]' if u.cached else f' {u.seconds:.1f}s'}\n{u.log}".rstrip()
-        for u in units
-        if u.log or not u.ok
-    ]
-    unit_facts = [
-        {
-            "file": u.rel,
-            "kind": u.kind,
-            "cached": u.cached,
-            "seconds": round(u.seconds, 3),
-            "ok": u.ok,
-            **({"headers": u.headers} if u.headers else {}),
-            **({"nvcc": u.nvcc} if u.nvcc else {}),
-        }
-        for u in units
-    ]
-    if not all(u.ok for u in units):
-        timed_out = any(u.timed_out for u in units)
-        head = f"compile time limit ({timeout_s:.0f}s) exceeded\n" if timed_out else ""
-        return BuildResult(
-            False,
-            None,
-            head + "\n".join(notes + logs),
-            time.monotonic() - t0,
-            False,
-            timed_out,
-            unit_facts,
-            pch_state,
-            compilers_as=ran(),
-        )
-    # link (cached by the objects' keys and the libraries asked for)
+    return notes
+
+
+def _check_pch_used(b: _Build, units: list[Unit]) -> None:
+    """``b.pch_state`` ``rejected``, with a note, when the compiler refused the precompiled
+    prelude (the bindings then parsed it)."""
+    if b.pch_dir is None:
+        return
+    why = next((w for u in units if u.kind == "binding" and (w := pch_rejection(u.log))), None)
+    if why:
+        b.pch_state = "rejected"
+        b.notes.append(f"pch: rejected by the compiler, bindings parsed the prelude: {why}")
+
+
+def _unit_facts(u: Unit) -> dict[str, object]:
+    """The per-file facts a build reports of ``u``."""
+    return {
+        "file": u.rel,
+        "kind": u.kind,
+        "cached": u.cached,
+        "seconds": round(u.seconds, 3),
+        "ok": u.ok,
+        **({"headers": u.headers} if u.headers else {}),
+        **({"nvcc": u.nvcc} if u.nvcc else {}),
+    }
+
+
+def _link(
+    b: _Build, units: list[Unit], logs: list[str], facts: list[dict[str, object]]
+) -> BuildResult:
+    """Link the objects (the module cached by the objects' keys and the libraries asked for)
+    and copy the module to ``out/cuda_extension.so``; the build's result."""
     text = "".join(u.src.read_text(errors="replace") for u in units if u.kind != "binding")
     extra: list[str] = []
-    if backend == "cuda":
+    if b.backend == "cuda":
         if re.search(r"cublas", text, re.I):
             extra += ["-lcublas", "-lcublasLt"]
         if re.search(r"cudnn", text, re.I):
             extra += ["-lcudnn"]
-    mkey = _sha(flags.key, *sorted(u.key for u in units), *extra)
-    mod = cache.existing(cache.module_path(mkey))
+    mkey = _sha(b.flags.key, *sorted(u.key for u in units), *extra)
+    mod = b.cache.existing(b.cache.module_path(mkey))
     all_cached = all(u.cached for u in units) and mod.exists()
     link_s = 0.0
     linked_stubs = False
     if not mod.exists():
         tl = time.monotonic()
-        # binding.cpp first: of the inline pybind11 code every object carries, the linker keeps
-        # the first copy, i.e. its -O1 one (see toolchain.flags_for)
-        objs = [str(o) for u in units for o in (u.obj, *u.parts)]
-        stubs = ensure_link_stubs(cache, flags)
-        # searched first: -l of torch's libraries finds the stand-ins
-        search = [f"-L{stubs}"] if stubs else []
-        left = max(1.0, deadline - time.monotonic())
-        lim = Limits(**{**base.__dict__, "timeout_s": left})
-        with sandbox_uid(lim) as uid, _scratch(out, lim, uid) as scratch:
-            ran_as.add(_who(uid))
-            tmp = scratch / "module.so"
-            cmd = [flags.cxx, *objs, *search, *flags.ldflags, *extra, "-o", str(tmp)]
-            res = run_confined(
-                cmd, cwd=src, env=_compiler_env(scratch), writable=[scratch], limits=lim, uid=uid
-            )
-            if res.returncode != 0 or not tmp.exists():
-                log = "\n".join(notes + logs + ["== link", (res.stdout + res.stderr).strip()])
-                return BuildResult(
-                    False,
-                    None,
-                    log,
-                    time.monotonic() - t0,
-                    False,
-                    res.timed_out,
-                    unit_facts,
-                    pch_state,
-                    compilers_as=ran(),
-                )
-            cache.put(tmp, mod)
+        stubs = ensure_link_stubs(b.cache, b.flags)
+        failed = _link_module(b, units, extra, stubs, mod, logs, facts)
+        if failed is not None:
+            return failed
         link_s = time.monotonic() - tl
         linked_stubs = stubs is not None
-    so = out / "cuda_extension.so"
+    so = b.out / "cuda_extension.so"
     with contextlib.suppress(FileNotFoundError):
         so.unlink()
     shutil.copyfile(mod, so)
     os.chmod(so, 0o755)
-    return BuildResult(
-        True,
-        so,
-        cap_text("\n".join(notes + logs), 16000),
-        time.monotonic() - t0,
-        all_cached,
-        False,
-        unit_facts,
-        pch_state,
-        link_s,
-        linked_stubs,
-        ran(),
+    log = cap_text("\n".join(b.notes + logs), 16000)
+    return b.result(
+        True, so, log, facts, cached=all_cached, link_seconds=link_s, link_stubs=linked_stubs
     )
+
+
+def _link_module(
+    b: _Build,
+    units: list[Unit],
+    extra: list[str],
+    stubs: Path | None,
+    mod: Path,
+    logs: list[str],
+    facts: list[dict[str, object]],
+) -> BuildResult | None:
+    """Run the linker (confined like the compilers, within what is left of the deadline) and
+    put the module at ``mod`` in the cache; the failed build's result when it did not link."""
+    # binding.cpp first: of the inline pybind11 code every object carries, the linker keeps
+    # the first copy, i.e. its -O1 one (see toolchain.flags_for)
+    objs = [str(o) for u in units for o in (u.obj, *u.parts)]
+    # searched first: -l of torch's libraries finds the stand-ins
+    search = [f"-L{stubs}"] if stubs else []
+    left = max(1.0, b.deadline - time.monotonic())
+    lim = Limits(**{**b.base.__dict__, "timeout_s": left})
+    with sandbox_uid(lim) as uid, _scratch(b.out, lim, uid) as scratch:
+        b.ran_as.add(_who(uid))
+        tmp = scratch / "module.so"
+        cmd = [b.flags.cxx, *objs, *search, *b.flags.ldflags, *extra, "-o", str(tmp)]
+        res = run_confined(
+            cmd, cwd=b.src, env=_compiler_env(scratch), writable=[scratch], limits=lim, uid=uid
+        )
+        if res.returncode != 0 or not tmp.exists():
+            log = "\n".join(b.notes + logs + ["== link", (res.stdout + res.stderr).strip()])
+            return b.result(False, None, log, facts, timed_out=res.timed_out)
+        b.cache.put(tmp, mod)
+    return None

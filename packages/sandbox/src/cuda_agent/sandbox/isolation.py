@@ -558,18 +558,16 @@ def run_confined(
     c = caps()
     dropping = limits.drop_user and c.drop_user
     uid = (uid if uid is not None else slot_uid(slot)) if dropping else None
-    iso: dict[str, str] = {}
-    # a mark every descendant inherits: the last sweep finds processes that left the process
-    # group, and the cgroup where there is none (a candidate can clear it; the cgroup is the
-    # primary net, this the fallback)
     if warm is not None and (stdin is not None or pass_fds):  # a job it cannot be handed
         warm.discard()
         warm = None
+    # a mark every descendant inherits: the last sweep finds processes that left the process
+    # group, and the cgroup where there is none (a candidate can clear it; the cgroup is the
+    # primary net, this the fallback)
     run_mark = f"{RUN_MARK}={warm.mark if warm is not None else uuid.uuid4().hex}"
-    env = {**env, RUN_MARK: run_mark.split("=", 1)[1]}
     cfg: dict[str, Any] = {
         "cwd": str(cwd),
-        "env": env,
+        "env": {**env, RUN_MARK: run_mark.split("=", 1)[1]},
         "require": [],
         "writable": [str(Path(w).resolve()) for w in writable],
         "read_only_fs": limits.read_only_fs,
@@ -577,6 +575,40 @@ def run_confined(
     }
     if hidden:
         cfg["require"].append("hide")  # never run with the hidden files visible
+    iso: dict[str, str] = {}
+    cg = _confine(cfg, iso, limits, c, uid)
+    with tempfile.NamedTemporaryFile(prefix="jail-", suffix=".json", delete=False) as rep:
+        report_path = rep.name
+    cfg["report"] = report_path
+    out, err = _Capped(limits.output_cap), _Capped(limits.output_cap)
+    t0 = time.monotonic()
+    proc, warm, run_mark = _launch(cfg, cmd, warm, run_mark, stdin, pass_fds)
+    readers = _start_io(proc, out, err, stdin)
+    exited = _ExitWaiter(proc)
+    killed_for = _watch(proc, exited, limits, t0, extend, cg)
+    rc = _sweep(proc, exited, cg, uid, run_mark)
+    for r in readers:
+        r.join(timeout=5)
+    seconds = time.monotonic() - t0
+    _read_jail_report(Path(report_path), iso)
+    return Outcome(
+        returncode=None if killed_for else rc,
+        timed_out=killed_for == "timeout",
+        seconds=seconds,
+        stdout=out.text(),
+        stderr=err.text(),
+        killed_for=killed_for,
+        isolation=iso,
+        warm=warm is not None,
+    )
+
+
+def _confine(
+    cfg: dict[str, Any], iso: dict[str, str], limits: Limits, c: Caps, uid: int | None
+) -> Path | None:
+    """Add to the launcher's ``cfg`` the resource limits, pids cgroup, cores, uid and network
+    isolation of ``limits`` (each the OS allows is ``require``d), saying in ``iso`` what is in
+    force; returns the run's pids cgroup (None: none)."""
     rl: dict[str, int] = {"core": 0}
     if limits.fsize_mb:
         rl["fsize"] = limits.fsize_mb << 20
@@ -584,18 +616,7 @@ def run_confined(
         rl["nofile"] = limits.nofile
     if limits.address_space_mb:
         rl["as"] = limits.address_space_mb << 20
-    cg: Path | None = None
-    if limits.nproc and c.cgroup_base:
-        cg = Path(c.cgroup_base) / f"run-{os.getpid()}-{uuid.uuid4().hex[:10]}"
-        try:
-            cg.mkdir()
-            (cg / "pids.max").write_text(str(limits.nproc))
-            cfg["cgroup"] = str(cg)
-            cfg["require"].append("cgroup")
-            iso["pids"] = f"cgroup pids.max={limits.nproc}"
-        except OSError as e:
-            cg = None
-            iso["pids"] = f"no cgroup ({e})"
+    cg = _pids_cgroup(cfg, iso, limits, c)
     if limits.nproc and uid is not None:
         rl["nproc"] = limits.nproc
         iso.setdefault("pids", f"RLIMIT_NPROC={limits.nproc} (uid {uid})")
@@ -620,29 +641,62 @@ def run_confined(
             iso["network"] = "namespace (no interfaces)"
         else:
             iso["network"] = "NOT isolated: " + c.network_why
-    with tempfile.NamedTemporaryFile(prefix="jail-", suffix=".json", delete=False) as rep:
-        report_path = rep.name
-    cfg["report"] = report_path
-    out, err = _Capped(limits.output_cap), _Capped(limits.output_cap)
-    t0 = time.monotonic()
-    killed_for = ""
+    return cg
+
+
+def _pids_cgroup(cfg: dict[str, Any], iso: dict[str, str], limits: Limits, c: Caps) -> Path | None:
+    """A fresh pids cgroup capped at ``limits.nproc`` for the run, ``require``d in ``cfg``;
+    None (``iso`` says why) where there is none to be had."""
+    if not (limits.nproc and c.cgroup_base):
+        return None
+    cg = Path(c.cgroup_base) / f"run-{os.getpid()}-{uuid.uuid4().hex[:10]}"
+    try:
+        cg.mkdir()
+        (cg / "pids.max").write_text(str(limits.nproc))
+    except OSError as e:
+        iso["pids"] = f"no cgroup ({e})"
+        return None
+    cfg["cgroup"] = str(cg)
+    cfg["require"].append("cgroup")
+    iso["pids"] = f"cgroup pids.max={limits.nproc}"
+    return cg
+
+
+def _launch(
+    cfg: dict[str, Any],
+    cmd: list[str],
+    warm: WarmProcess | None,
+    run_mark: str,
+    stdin: bytes | None,
+    pass_fds: tuple[int, ...],
+) -> tuple[subprocess.Popen, WarmProcess | None, str]:
+    """Start the confined process: ``warm`` handed the job, or a fresh launcher (``jail.py``)
+    when there is none or it cannot take it (then with a fresh run mark). Returns the process,
+    the warm launcher that took it (None: a cold start) and the run mark."""
     if warm is not None and _hand_over(warm, cfg, cmd):
-        proc = warm.proc
-    else:
-        if warm is not None:  # it could not take the job: a fresh mark for the cold start
-            warm = None
-            run_mark = f"{RUN_MARK}={uuid.uuid4().hex}"
-            cfg["env"] = env = {**env, RUN_MARK: run_mark.split("=", 1)[1]}
-        argv = [sys.executable, "-I", "-S", JAIL, json.dumps(cfg), "--", *cmd]
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            pass_fds=pass_fds,
-            close_fds=True,
-        )
+        return warm.proc, warm, run_mark
+    if warm is not None:  # it could not take the job: a fresh mark for the cold start
+        warm = None
+        run_mark = f"{RUN_MARK}={uuid.uuid4().hex}"
+        cfg["env"] = {**cfg["env"], RUN_MARK: run_mark.split("=", 1)[1]}
+    argv = [sys.executable, "-I", "-S", JAIL, json.dumps(cfg), "--", *cmd]
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        pass_fds=pass_fds,
+        close_fds=True,
+    )
+    return proc, warm, run_mark
+
+
+def _start_io(
+    proc: subprocess.Popen, out: _Capped, err: _Capped, stdin: bytes | None
+) -> list[threading.Thread]:
+    """Threads reading the process's stdout and stderr into ``out`` and ``err`` (returned, to
+    be joined) and, with ``stdin``, one feeding it."""
     readers = [
         threading.Thread(target=_reader, args=(proc.stdout, out), daemon=True),
         threading.Thread(target=_reader, args=(proc.stderr, err), daemon=True),
@@ -657,25 +711,40 @@ def run_confined(
                 proc.stdin.close()
 
         threading.Thread(target=feed, daemon=True).start()
+    return readers
+
+
+def _watch(
+    proc: subprocess.Popen,
+    exited: _ExitWaiter,
+    limits: Limits,
+    t0: float,
+    extend: Callable[[], float] | None,
+    cg: Path | None,
+) -> str:
+    """Wait for the process to exit, or until it must be killed: why (``timeout``, ``memory``,
+    ``processes``), or "" when it exited on its own."""
     deadline = t0 + limits.timeout_s
     next_mem = t0
-    exited = _ExitWaiter(proc)
     while True:
         if exited(0.1):
-            break
+            return ""
         now = time.monotonic()
         if now >= deadline + (extend() if extend is not None else 0.0):
-            killed_for = "timeout"
-            break
+            return "timeout"
         if now >= next_mem:
             next_mem = now + 0.25
             if limits.rss_mb and _tree_rss_mb(proc.pid) > limits.rss_mb:
-                killed_for = "memory"
-                break
+                return "memory"
             if cg is not None and _pids_max_hits(cg) > 0:
-                killed_for = "processes"  # a fork bomb: stop it now, not at the deadline
-                break
-    # sweep: group, cgroup, uid, then the main process itself
+                return "processes"  # a fork bomb: stop it now, not at the deadline
+
+
+def _sweep(
+    proc: subprocess.Popen, exited: _ExitWaiter, cg: Path | None, uid: int | None, run_mark: str
+) -> int:
+    """Kill whatever is left of the run: its process group, its cgroup, its uid, the main
+    process itself, then every process that carries its mark; the main process's exit code."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     if cg is not None:
@@ -687,32 +756,26 @@ def run_confined(
     rc = proc.wait()
     exited.close()
     kill_marked(run_mark)
-    for r in readers:
-        r.join(timeout=5)
-    seconds = time.monotonic() - t0
-    rep_text = _read(Path(report_path))
+    return rc
+
+
+def _read_jail_report(path: Path, iso: dict[str, str]) -> None:
+    """Add to ``iso`` what the launcher's report (removed) says: failed steps, a read-only file
+    system, an own pid namespace."""
+    rep_text = _read(path)
     with contextlib.suppress(OSError):
-        os.unlink(report_path)
-    if rep_text:
-        with contextlib.suppress(json.JSONDecodeError):
-            rep_d = json.loads(rep_text)
-            for k, v in rep_d.items():
-                if isinstance(v, str) and v.startswith("failed"):
-                    iso[f"{k}_step"] = v
-            if rep_d.get("read_only_fs") == "ok":
-                iso["filesystem"] = "read-only except its own directories"
-            if rep_d.get("proc") == "ok":
-                iso["pid_namespace"] = "own (cannot see or signal outside processes)"
-    return Outcome(
-        returncode=None if killed_for else rc,
-        timed_out=killed_for == "timeout",
-        seconds=seconds,
-        stdout=out.text(),
-        stderr=err.text(),
-        killed_for=killed_for,
-        isolation=iso,
-        warm=warm is not None,
-    )
+        os.unlink(path)
+    if not rep_text:
+        return
+    with contextlib.suppress(json.JSONDecodeError):
+        rep_d = json.loads(rep_text)
+        for k, v in rep_d.items():
+            if isinstance(v, str) and v.startswith("failed"):
+                iso[f"{k}_step"] = v
+        if rep_d.get("read_only_fs") == "ok":
+            iso["filesystem"] = "read-only except its own directories"
+        if rep_d.get("proc") == "ok":
+            iso["pid_namespace"] = "own (cannot see or signal outside processes)"
 
 
 def prepare_writable(

@@ -376,6 +376,55 @@ def _run_in_process(cfg: dict, cmd: list[str], warm: set) -> bool:
     os._exit(code)
 
 
+class _Steps:
+    """The launcher's report (``cfg["report"]``, opened now: written before privileges drop)
+    and its steps: each runs once, its outcome recorded; a failed step that ``cfg`` requires is
+    kept in :attr:`failed`."""
+
+    def __init__(self, cfg: dict):
+        self.report: dict = {"pid": os.getpid()}
+        self.require = set(cfg.get("require", []))
+        self.failed: list[str] = []
+        self.fd = None
+        if cfg.get("report"):
+            with contextlib.suppress(OSError):
+                self.fd = os.open(
+                    cfg["report"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
+                )
+
+    def step(self, name: str, fn) -> bool:
+        """Run ``fn``; True when it did not raise."""
+        try:
+            fn()
+            self.report[name] = "ok"
+            return True
+        except Exception as e:  # noqa: BLE001 - recorded
+            self.report[name] = f"failed: {e}"
+            if name in self.require:
+                self.failed.append(name)
+            return False
+
+    def finish(self) -> None:
+        """Write the report and close it."""
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(self.fd, json.dumps(self.report).encode())
+                os.close(self.fd)
+
+    def close(self) -> None:
+        """Close the report unwritten (a process that leaves it to its child)."""
+        if self.fd is not None:
+            os.close(self.fd)
+
+    def refuse(self) -> int:
+        """Write the report, say which required steps failed; the launcher's exit code."""
+        self.finish()
+        sys.stderr.write(
+            f"jail: required step(s) failed: {', '.join(self.failed)}: {self.report}\n"
+        )
+        return JAIL_FAILED
+
+
 def main(argv: list[str], warm: set | None = None) -> int:
     if argv and argv[0] == "--killall":
         return _killall(int(argv[1]))
@@ -386,130 +435,115 @@ def main(argv: list[str], warm: set | None = None) -> int:
     _die_with_parent()
     cfg = json.loads(argv[0])
     cmd = argv[2:] if len(argv) > 1 and argv[1] == "--" else argv[1:]
-    report: dict = {"pid": os.getpid()}
-    require = set(cfg.get("require", []))
-    failed: list[str] = []
-
-    def step(name: str, fn) -> bool:
-        try:
-            fn()
-            report[name] = "ok"
-            return True
-        except Exception as e:  # noqa: BLE001 - recorded
-            report[name] = f"failed: {e}"
-            if name in require:
-                failed.append(name)
-            return False
-
-    rep_fd = None
-    if cfg.get("report"):
-        with contextlib.suppress(OSError):
-            rep_fd = os.open(
-                cfg["report"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600
-            )
-
-    def finish_report() -> None:
-        if rep_fd is not None:
-            with contextlib.suppress(OSError):
-                os.write(rep_fd, json.dumps(report).encode())
-                os.close(rep_fd)
-
+    s = _Steps(cfg)
     if cfg.get("cgroup"):
-        step(
+        s.step(
             "cgroup", lambda: _write(os.path.join(cfg["cgroup"], "cgroup.procs"), str(os.getpid()))
         )
     root = os.geteuid() == 0
     want_ns = cfg.get("namespaces", True)
-    flags = (CLONE_NEWNS | CLONE_NEWPID) if want_ns else 0
-    if cfg.get("no_network"):
-        flags |= CLONE_NEWNET
-    ns_ok = False
-    if flags:
-        if root:
-            ns_ok = step("namespaces", lambda: _unshare(flags))
-        else:
-            uid, gid = os.getuid(), os.getgid()
-
-            def userns() -> None:
-                _unshare(CLONE_NEWUSER | flags)
-                _write("/proc/self/setgroups", "deny")
-                _write("/proc/self/uid_map", f"{uid} {uid} 1")
-                _write("/proc/self/gid_map", f"{gid} {gid} 1")
-
-            ns_ok = step("namespaces", userns)
-        if cfg.get("no_network"):
-            report["network"] = "ok" if ns_ok else report.get("namespaces", "failed")
-            if not ns_ok and "network" in require:
-                failed.append("network")
+    ns_ok = _namespaces(cfg, s, root, want_ns)
     if cfg.get("hidden") and not (ns_ok and want_ns):
-        report["hide"] = "failed: no mount namespace"
-        failed.append("hide")
-    if failed:
-        finish_report()
-        sys.stderr.write(f"jail: required step(s) failed: {', '.join(failed)}: {report}\n")
-        return JAIL_FAILED
-    pid_ns = ns_ok and want_ns
-    if pid_ns:
+        s.report["hide"] = "failed: no mount namespace"
+        s.failed.append("hide")
+    if s.failed:
+        return s.refuse()
+    if ns_ok and want_ns:  # a pid namespace
         rd, wr = os.pipe()
         init = os.fork()
         if init != 0:  # the launcher, outside: wait for the namespace's init, pass the status on
             os.close(wr)
-            if rep_fd is not None:
-                os.close(rep_fd)
-            for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-                signal.signal(s, lambda sig, _f: os.kill(init, signal.SIGKILL))
-            _, st = os.waitpid(init, 0)
-            data = b""
-            with contextlib.suppress(OSError):
-                data = os.read(rd, 64)
-            status = int(data) if data.strip() else st
-            if os.WIFSIGNALED(status):
-                sig = os.WTERMSIG(status)
-                if sig not in (signal.SIGKILL, signal.SIGSTOP):
-                    signal.signal(sig, signal.SIG_DFL)
-                resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-                os.kill(os.getpid(), sig)
-                return 128 + sig
-            return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
-        # pid 1 of the namespace: set up the file system, start the command, reap, report
-        _die_with_parent()  # its death ends the namespace, and everything in it
-        os.close(rd)
-        writable = [d for d in cfg.get("writable", []) if os.path.isdir(d)]
-        step("private_mounts", lambda: _mount(None, "/", None, MS_REC | MS_PRIVATE))
-        hidden = [d for d in cfg.get("hidden", []) if os.path.isdir(d)]
-        if hidden:
-            step("hide", lambda: _hide(hidden))
-        if cfg.get("read_only_fs", True):
-            step("read_only_fs", lambda: _read_only_fs(writable))
-        step("proc", lambda: _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC))
-        if cfg.get("private_shm", True) and os.path.isdir("/dev/shm"):
-            # a private /dev/shm: nothing left there outlives the namespace
-            step(
-                "shm",
-                lambda: _mount(
-                    "tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=4g"
-                ),
-            )
-        if failed:
-            finish_report()
-            sys.stderr.write(f"jail: required step(s) failed: {', '.join(failed)}: {report}\n")
-            os._exit(JAIL_FAILED)
-        cmd_pid = os.fork()
-        if cmd_pid != 0:
-            if rep_fd is not None:
-                os.close(rep_fd)
-            while True:
-                try:
-                    pid, st = os.waitpid(-1, 0)
-                except ChildProcessError:
-                    os._exit(1)
-                if pid == cmd_pid:
-                    os.write(wr, str(st).encode())
-                    os._exit(0)  # the kernel kills everything left in the namespace
-        os.close(wr)
-        os.setsid()  # own process group: kill(0) reaches nothing outside
-    _exec(cfg, cmd, report, step, failed, finish_report, root, warm)
+            s.close()
+            return _pass_on_status(init, rd)
+        _namespace_init(cfg, s, rd, wr)
+    _exec(cfg, cmd, s.report, s.step, s.failed, s.finish, root, warm)
     return 0
+
+
+def _namespaces(cfg: dict, s: _Steps, root: bool, want_ns: bool) -> bool:
+    """Step ``namespaces``: new mount and pid namespaces (``want_ns``) and, with
+    ``no_network``, a network namespace (as non-root inside a new user namespace); True when
+    they were made. ``network`` is reported (and required) as ``namespaces`` went."""
+    flags = (CLONE_NEWNS | CLONE_NEWPID) if want_ns else 0
+    if cfg.get("no_network"):
+        flags |= CLONE_NEWNET
+    if not flags:
+        return False
+    if root:
+        ns_ok = s.step("namespaces", lambda: _unshare(flags))
+    else:
+        uid, gid = os.getuid(), os.getgid()
+
+        def userns() -> None:
+            _unshare(CLONE_NEWUSER | flags)
+            _write("/proc/self/setgroups", "deny")
+            _write("/proc/self/uid_map", f"{uid} {uid} 1")
+            _write("/proc/self/gid_map", f"{gid} {gid} 1")
+
+        ns_ok = s.step("namespaces", userns)
+    if cfg.get("no_network"):
+        s.report["network"] = "ok" if ns_ok else s.report.get("namespaces", "failed")
+        if not ns_ok and "network" in s.require:
+            s.failed.append("network")
+    return ns_ok
+
+
+def _pass_on_status(init: int, rd: int) -> int:
+    """The launcher outside the pid namespace: wait for its init (``init``; killed on a
+    signal to the launcher) and end as the command did, its status read from ``rd`` (a signal
+    death is re-raised)."""
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, lambda sig, _f: os.kill(init, signal.SIGKILL))
+    _, st = os.waitpid(init, 0)
+    data = b""
+    with contextlib.suppress(OSError):
+        data = os.read(rd, 64)
+    status = int(data) if data.strip() else st
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(sig, signal.SIG_DFL)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        os.kill(os.getpid(), sig)
+        return 128 + sig
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
+
+
+def _namespace_init(cfg: dict, s: _Steps, rd: int, wr: int) -> None:
+    """Pid 1 of the namespace: set up the file system, start the command, reap, report the
+    command's status on ``wr``. Returns only in the command's process (own session), which goes
+    on to :func:`_exec`."""
+    _die_with_parent()  # its death ends the namespace, and everything in it
+    os.close(rd)
+    writable = [d for d in cfg.get("writable", []) if os.path.isdir(d)]
+    s.step("private_mounts", lambda: _mount(None, "/", None, MS_REC | MS_PRIVATE))
+    hidden = [d for d in cfg.get("hidden", []) if os.path.isdir(d)]
+    if hidden:
+        s.step("hide", lambda: _hide(hidden))
+    if cfg.get("read_only_fs", True):
+        s.step("read_only_fs", lambda: _read_only_fs(writable))
+    s.step("proc", lambda: _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC))
+    if cfg.get("private_shm", True) and os.path.isdir("/dev/shm"):
+        # a private /dev/shm: nothing left there outlives the namespace
+        s.step(
+            "shm",
+            lambda: _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=4g"),
+        )
+    if s.failed:
+        os._exit(s.refuse())
+    cmd_pid = os.fork()
+    if cmd_pid != 0:
+        s.close()
+        while True:
+            try:
+                pid, st = os.waitpid(-1, 0)
+            except ChildProcessError:
+                os._exit(1)
+            if pid == cmd_pid:
+                os.write(wr, str(st).encode())
+                os._exit(0)  # the kernel kills everything left in the namespace
+    os.close(wr)
+    os.setsid()  # own process group: kill(0) reaches nothing outside
 
 
 def _exec(cfg, cmd, report, step, failed, finish_report, root, warm=None) -> None:
