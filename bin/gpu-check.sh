@@ -174,6 +174,8 @@ sec_kb-throughput() {  # issue 28: the fixed batch of real KernelBench work thro
   # KBT_PARTS (default "batch subset kb") picks the parts; KBT_BATCH_S (feed budget, default 40%
   # of the limit) + KBT_DRAIN_S (15%), KBT_SUBSET_S (15%), the rest for KernelBench's harness;
   # KBT_KB_PRECOMPILE (default nproc) workers for its CPU pre-compile (0: none, its default flow);
+  # KBT_KB_FLOWS ("precompile"; "default precompile": both flows of KernelBench's harness, each
+  # with its own ratio);
   # KBT_TIMING: profiler timing settings (JSON) for our runs (default: the protocol's);
   # KBT_RUN_ARGS: more `kernelbench-eval run` flags (e.g. "--workers-per-gpu=4");
   # KBT_BASELINES_FROM: a profiler cache folder (kb_references.py's) whose baselines seed ours;
@@ -196,12 +198,19 @@ sec_kb-throughput() {  # issue 28: the fixed batch of real KernelBench work thro
       subset)
         python3 $B/throughput.py ours --batch "$d/subset.jsonl" --out "$d/subset-ours" --gpus all --backend "${KBT_BACKEND:-cuda}" --timeout-s "$sub" "${targ[@]}"
         python3 $B/throughput.py summary "$d/subset-ours" --md | tee "$d/subset-ours/summary.md" ;;
-      kb)
-        local rest=$(( lim - ($(date +%s) - t0) - 15 ))
-        python3 $B/throughput.py kb --subset "$d/subset.jsonl" --out "$d/kb" --src .gpu-data/kernelbench/src \
-          --budget-s "$rest" --precompile-workers "${KBT_KB_PRECOMPILE:-$(nproc)}"
-        [ -d "$d/subset-ours" ] && python3 $B/throughput.py ratio "$d/subset-ours" "$d/kb" > "$d/ratio.json" && \
-          python3 $B/throughput.py ratio "$d/subset-ours" "$d/kb" --md | tee "$d/ratio.md" ;;
+      kb)  # KBT_KB_FLOWS: "precompile" (its build_cache option, nproc workers: kb/, ratio.md),
+        # "default" (its default flow, builds inside each evaluation: kb-default/, ratio-default.md),
+        # or both, in that order, the time left split between them
+        local flows=${KBT_KB_FLOWS:-precompile} nf; nf=$(echo $flows | wc -w)
+        for flow in $flows; do
+          local rest=$(( (lim - ($(date +%s) - t0) - 15) / nf )); nf=$(( nf > 1 ? nf - 1 : 1 ))
+          local kd=$d/kb sfx="" pre=${KBT_KB_PRECOMPILE:-$(nproc)}
+          [ "$flow" = default ] && { kd=$d/kb-default; sfx="-default"; pre=0; }
+          python3 $B/throughput.py kb --subset "$d/subset.jsonl" --out "$kd" --src .gpu-data/kernelbench/src \
+            --budget-s "$rest" --precompile-workers "$pre"
+          [ -d "$d/subset-ours" ] && python3 $B/throughput.py ratio "$d/subset-ours" "$kd" > "$d/ratio$sfx.json" && \
+            python3 $B/throughput.py ratio "$d/subset-ours" "$kd" --md | tee "$d/ratio$sfx.md"
+        done ;;
       *) say "kb-throughput: KBT_PARTS names $p"; return 2 ;;
     esac
   done
