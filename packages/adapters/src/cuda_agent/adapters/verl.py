@@ -1,17 +1,21 @@
 """The kernel tasks for `verl <https://github.com/volcengine/verl>`_: a custom reward function and
-its parquet dataset. Nothing here imports verl (it could not be installed into this workspace:
-verl 0.9 requires transformers < 5.11, the workspace's lock holds 5.24).
+its parquet dataset. Nothing here imports verl (it cannot join this workspace's lock: verl 0.9
+requires transformers < 5.11, the lock holds 5.24); written against verl 0.9.1 and exercised
+through its own code in a scratch environment (``tests/test_verl_real.py``, the README).
 
 ::
 
     write_parquet("tasks.jsonl", "data/kernels.parquet", backend="cuda")
     python -m verl.trainer.main_ppo data.train_files=data/kernels.parquet \\
-        custom_reward_function.path=$(python -c 'import cuda_agent.adapters.verl as m; print(m.__file__)') \\
-        custom_reward_function.name=compute_score ...
+        reward.custom_reward_function.path=pkg://cuda_agent.adapters.verl \\
+        reward.custom_reward_function.name=compute_score ...
 
+(verl 0.9.1's trainer reads ``reward.custom_reward_function``; the legacy top-level
+``custom_reward_function``, still in its config, is migrated only by its fully-async entry point.)
 A row's ``reward_model.ground_truth`` is the ``Task`` record as JSON; :func:`compute_score` parses
-the response as the agent's single-turn answer and scores the sandbox's verdict with the paper's
-reward (``common.score_completion``: the TRL adapter's ``KernelReward`` on one completion).
+the response as the agent's single-turn answer (verl's default ``single_turn_agent`` loop) and
+scores the sandbox's verdict with the paper's reward (``common.score_completion``: the TRL
+adapter's ``KernelReward`` on one completion).
 """
 
 from __future__ import annotations
@@ -50,14 +54,18 @@ def compute_score(
     reward_scheme: str = "paper",
     **_: Any,
 ) -> dict[str, Any]:
-    """verl's custom reward function (``custom_reward_function.name=compute_score``; the keyword
-    settings come from ``custom_reward_function.reward_kwargs``, else from the variables
-    ``CUDA_AGENT_VERL_SERVICE`` (a kernel-service URL, token ``$CUDA_AGENT_SERVICE_TOKEN``),
-    ``CUDA_AGENT_VERL_BACKEND``, ``CUDA_AGENT_VERL_GUARD_POLICY``, ``CUDA_AGENT_VERL_TIMING``).
-    ``ground_truth`` is the task record (JSON or a dict). Returns ``{"score", "ok", "evaluated",
-    "status"}`` (verl takes ``score`` as the reward, the rest as extra info, same keys for every
-    sample); never raises for the response: unparsable or a failed evaluation is the failure
-    reward. Evaluates on one process-wide evaluator per setting (blocking)."""
+    """verl's custom reward function (``reward.custom_reward_function.name=compute_score``; the
+    keyword settings come from ``reward.custom_reward_function.reward_kwargs``, else from the
+    variables ``CUDA_AGENT_VERL_SERVICE`` (a kernel-service URL, token
+    ``$CUDA_AGENT_SERVICE_TOKEN``), ``CUDA_AGENT_VERL_BACKEND``, ``CUDA_AGENT_VERL_GUARD_POLICY``,
+    ``CUDA_AGENT_VERL_TIMING``). ``ground_truth`` is the task record (JSON or a dict); other
+    keywords verl passes (``reward_router_address``, ``reward_model_tokenizer``) are ignored.
+    Returns ``{"score", "ok", "evaluated", "status"}`` (verl takes ``score`` as the reward, the
+    rest as reward extra info, same keys for every sample); never raises for the response:
+    unparsable or a failed evaluation is the failure reward. Blocking, on one process-wide
+    evaluator per setting: verl 0.9.1's reward-loop managers call it in their event loop's thread
+    pool, every sample of a worker's share at once, in each of ``reward.num_workers`` Ray actors
+    (8 by default), each with its own evaluator."""
     ev = evaluator_for(
         name=evaluator,
         service_url=service_url
