@@ -22,7 +22,7 @@
 #   positive     (POSITIVE_REDO="runtime_error infra_error": drop rows of these statuses first, so that
 #                --resume evaluates them again) the positive corpus (packages/kernelbench-eval/corpus/positive) under each policy of
 #                $POSITIVE_POLICIES ("strict kernelbench"), $POSITIVE_RUNS (2) runs each (only $LEVELS and
-#                $PROBLEMS, as the refs stage): expected
+#                $PROBLEMS, as the refs stage; POSITIVE_WORKERS: --workers-per-gpu): expected
 #                verdicts, false rejections, speed-ups within 3% between the runs
 #                (benchmarks/positive_corpus.py; exit 1 on a false rejection) -> positive/; with
 #                POSITIVE_RUNS=1 under both policies, the 3% check is between the strict and the
@@ -141,6 +141,7 @@ PY
     say "positive $pol: start (limit ${lim}s; resumable)"
     timeout -k 10 "$lim" python3 packages/kernelbench-eval/benchmarks/positive_corpus.py run \
       --policy "$pol" --out "$W/positive" --runs "${POSITIVE_RUNS:-2}" "${sel[@]}" \
+      ${POSITIVE_WORKERS:+--workers-per-gpu "$POSITIVE_WORKERS"} \
       --json "$W/positive/check-$pol.json" > "$W/positive_$pol.md" 2>> "$W/positive_$pol.log"
     say "positive $pol: rc=$? (1: a false rejection)"; tail -n 3 "$W/positive_$pol.md" >&2
   done

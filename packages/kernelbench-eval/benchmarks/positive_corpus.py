@@ -240,6 +240,7 @@ def run(a: argparse.Namespace) -> int:
         res = out / f"results-{a.policy}-{i}.jsonl"
         extra = ["--timing-config", a.timing_config] if a.timing_config else []
         extra += ["--gpus", a.gpus] if a.gpus else []
+        extra += ["--workers-per-gpu", str(a.workers_per_gpu)] if a.workers_per_gpu else []
         extra += [] if a.compile_baseline else ["--no-compile-baseline"]
         _sh(
             [
@@ -286,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--runs", type=int, choices=(1, 2), default=2, help="2: the 3%% check")
     r.add_argument("--timing-config", default=None, help="JSON passed to `run --timing-config`")
     r.add_argument("--gpus", default=None, help="passed to `run --gpus`")
+    r.add_argument(
+        "--workers-per-gpu", type=int, default=None, help="passed to `run --workers-per-gpu`"
+    )
     r.add_argument(
         "--compile-baseline",
         action="store_true",
