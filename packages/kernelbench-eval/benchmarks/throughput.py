@@ -766,9 +766,13 @@ def ratio_md(r: dict[str, Any]) -> str:
         f"(**{r['ours_per_gpu_hour']}** per GPU-hour), KernelBench's harness {r['kernelbench_done']} in "
         f"{r['kernelbench_wall_s']} s, pre-compile {r['kernelbench_precompile_s']} s of it "
         f"(**{r['kernelbench_per_gpu_hour']}** per GPU-hour): **{r['ratio']}x** "
-        f"({r['ratio_device_only']}x counting only the {r['ours_reached_device']} candidates ours took "
-        "to the device). "
-        f"Verdicts: {r['verdicts_same']} the same, {len(r['verdicts_differ'])} differ.",
+        + (
+            f"({r['ratio_device_only']}x counting only the {r['ours_reached_device']} candidates "
+            "ours took to the device). "
+            if r["ratio_device_only"] is not None
+            else "(none of ours reached the device). "
+        )
+        + f"Verdicts: {r['verdicts_same']} the same, {len(r['verdicts_differ'])} differ.",
     ]
     if r["kernelbench_stubs"]:
         lines.append(
