@@ -59,7 +59,7 @@ def _main() -> None:
     """sandbox: the evaluation environment of cuda-agent."""
 
 
-# -- the options of `sandbox eval` of its own (those of the stream and pool: .stream) ---------
+# -- the options of `sandbox eval` alone (those of the stream and the pool are in .stream) --
 
 UnitJobsOpt = Annotated[int, typer.Option("--unit-jobs", help="Compiler processes per candidate.")]
 StressTrialsOpt = Annotated[
@@ -209,6 +209,7 @@ def eval_cmd(
 
     _backend_opt(backend)
     stream.check()
+    # here, option by option: bin/config_docs.py reads which option sets which field from it
     cfg = sandbox_config(
         backend=backend,
         trials=max(5, trials),
