@@ -24,6 +24,7 @@ from cuda_agent.records.cli_helpers import (
     log,
 )
 
+from .config import SandboxConfig
 from .stream import (
     CompileJobsOpt,
     CpuWorkersOpt,
@@ -58,6 +59,100 @@ def _main() -> None:
     """sandbox: the evaluation environment of cuda-agent."""
 
 
+# -- the options of `sandbox eval` alone (those of the stream and the pool are in .stream) --
+
+UnitJobsOpt = Annotated[int, typer.Option("--unit-jobs", help="Compiler processes per candidate.")]
+StressTrialsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--stress-trials/--no-stress-trials",
+        help="Numerics stress trials too (the robust setting): one trial each of nan_inf, "
+        "denormal, near_max and offset inputs, after the plain ones (off: the paper's).",
+    ),
+]
+ShapeCheckOpt = Annotated[
+    bool,
+    typer.Option(
+        "--shape-check/--no-shape-check",
+        help="Verify a correct candidate again at a resized instance of its task (sizes "
+        "scaled by 0.75 as `guards resize-task` does; a failure there: incorrect, "
+        "G-SHAPE-GENERALISATION). With --stress-trials: the robust setting. Off by default.",
+    ),
+]
+TimingOpt = Annotated[bool, typer.Option("--timing/--no-timing", help="Time correct candidates.")]
+BaselinesOpt = Annotated[
+    bool,
+    typer.Option("--baselines/--no-baselines", help="Eager/compile baselines and speed-ups."),
+]
+BaselineCompileModeOpt = Annotated[
+    str,
+    typer.Option(
+        "--baseline-compile-mode",
+        help="torch.compile mode of the compile baseline: default | max-autotune | "
+        "max-autotune-no-cudagraphs | reduce-overhead (what speedup_vs_compile compares with).",
+    ),
+]
+GuardPolicyOpt = Annotated[str, typer.Option("--guard-policy", help="strict | kernelbench | off")]
+HostMemMbOpt = Annotated[
+    int, typer.Option("--host-mem-mb", help="Host memory limit of a candidate.")
+]
+PchOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--pch/--no-pch",
+        help="Precompile the bindings' torch headers (default: always on the cuda backend;"
+        " on the cpu backend once the cache has compiled 3 bindings without it,"
+        " $CUDA_AGENT_PCH_AFTER).",
+    ),
+]
+CacheDirOpt = Annotated[Path | None, typer.Option("--cache-dir", help="Object/extension cache.")]
+KeepDirsOpt = Annotated[
+    bool, typer.Option("--keep-dirs", help="Keep each evaluation's directory (debugging).")
+]
+MaxProcsOpt = Annotated[
+    int, typer.Option("--max-procs", help="Processes+threads a candidate may have.")
+]
+RerunAloneOpt = Annotated[
+    bool,
+    typer.Option(
+        "--rerun-alone/--no-rerun-alone",
+        help="Re-run, alone on the device, a memory failure met while sharing it.",
+    ),
+]
+TimingConfigOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--timing-config", help='Profiler TimingConfig fields as JSON, e.g. {"time_cap_s": 3}.'
+    ),
+]
+EarlyStartOpt = Annotated[
+    bool,
+    typer.Option(
+        "--early-start/--no-early-start",
+        help="Start the verification process while the reference runs and the timing "
+        "process while the outputs are compared (each waits after import torch).",
+    ),
+]
+WarmProcessesOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--warm-processes",
+        min=0,
+        help="With --no-fork-server: runner processes kept started ahead, per environment, "
+        "that have already imported torch (0: every phase starts cold; default: 3 on hosts "
+        "with 8 cores or more, else 0).",
+    ),
+]
+ForkServerOpt = Annotated[
+    bool,
+    typer.Option(
+        "--fork-server/--no-fork-server",
+        help="Fork every phase's process from one per environment that imported torch "
+        "once (off: --warm-processes decides).",
+    ),
+]
+
+
 @app.command("eval")
 @bundle_options("stream", EvalStreamFlags)
 def eval_cmd(
@@ -69,117 +164,36 @@ def eval_cmd(
     claim: ClaimOpt = None,
     gpus: GpusOpt = None,
     compile_jobs: CompileJobsOpt = None,
-    unit_jobs: Annotated[
-        int, typer.Option("--unit-jobs", help="Compiler processes per candidate.")
-    ] = 4,
+    unit_jobs: UnitJobsOpt = 4,
     backend: Annotated[str, typer.Option("--backend", help="cuda | cpu | auto")] = "auto",
     trials: Annotated[int, typer.Option("--trials", help="Correctness trials (>= 5).")] = 5,
     atol: Annotated[float, typer.Option("--atol")] = 1e-2,
     rtol: Annotated[float, typer.Option("--rtol")] = 1e-2,
     norm_tol: Annotated[float, typer.Option("--norm-tol", help="Max relative error norm.")] = 2e-2,
-    stress_trials: Annotated[
-        bool,
-        typer.Option(
-            "--stress-trials/--no-stress-trials",
-            help="Numerics stress trials too (the robust setting): one trial each of nan_inf, "
-            "denormal, near_max and offset inputs, after the plain ones (off: the paper's).",
-        ),
-    ] = False,
-    shape_check: Annotated[
-        bool,
-        typer.Option(
-            "--shape-check/--no-shape-check",
-            help="Verify a correct candidate again at a resized instance of its task (sizes "
-            "scaled by 0.75 as `guards resize-task` does; a failure there: incorrect, "
-            "G-SHAPE-GENERALISATION). With --stress-trials: the robust setting. Off by default.",
-        ),
-    ] = False,
-    timing: Annotated[
-        bool, typer.Option("--timing/--no-timing", help="Time correct candidates.")
-    ] = True,
-    baselines: Annotated[
-        bool,
-        typer.Option("--baselines/--no-baselines", help="Eager/compile baselines and speed-ups."),
-    ] = True,
-    baseline_compile_mode: Annotated[
-        str,
-        typer.Option(
-            "--baseline-compile-mode",
-            help="torch.compile mode of the compile baseline: default | max-autotune | "
-            "max-autotune-no-cudagraphs | reduce-overhead (what speedup_vs_compile compares with).",
-        ),
-    ] = "default",
+    stress_trials: StressTrialsOpt = False,
+    shape_check: ShapeCheckOpt = False,
+    timing: TimingOpt = True,
+    baselines: BaselinesOpt = True,
+    baseline_compile_mode: BaselineCompileModeOpt = "default",
     timing_cpus: TimingCpusOpt = "auto",
-    guard_policy: Annotated[
-        str, typer.Option("--guard-policy", help="strict | kernelbench | off")
-    ] = "strict",
+    guard_policy: GuardPolicyOpt = "strict",
     compile_timeout: Annotated[float, typer.Option("--compile-timeout", help="Seconds.")] = 300.0,
     verify_timeout: Annotated[float, typer.Option("--verify-timeout", help="Seconds.")] = 300.0,
     time_timeout: Annotated[float, typer.Option("--time-timeout", help="Seconds.")] = 600.0,
-    host_mem_mb: Annotated[
-        int, typer.Option("--host-mem-mb", help="Host memory limit of a candidate.")
-    ] = 32768,
-    pch: Annotated[
-        bool | None,
-        typer.Option(
-            "--pch/--no-pch",
-            help="Precompile the bindings' torch headers (default: always on the cuda backend;"
-            " on the cpu backend once the cache has compiled 3 bindings without it,"
-            " $CUDA_AGENT_PCH_AFTER).",
-        ),
-    ] = None,
-    cache_dir: Annotated[
-        Path | None, typer.Option("--cache-dir", help="Object/extension cache.")
-    ] = None,
-    keep_dirs: Annotated[
-        bool, typer.Option("--keep-dirs", help="Keep each evaluation's directory (debugging).")
-    ] = False,
-    max_procs: Annotated[
-        int, typer.Option("--max-procs", help="Processes+threads a candidate may have.")
-    ] = 512,
+    host_mem_mb: HostMemMbOpt = 32768,
+    pch: PchOpt = None,
+    cache_dir: CacheDirOpt = None,
+    keep_dirs: KeepDirsOpt = False,
+    max_procs: MaxProcsOpt = 512,
     cpu_workers: CpuWorkersOpt = 1,
     workers_per_gpu: WorkersPerGpuOpt = 2,
     window: WindowOpt = None,
     in_order: InOrderOpt = False,
-    rerun_alone: Annotated[
-        bool,
-        typer.Option(
-            "--rerun-alone/--no-rerun-alone",
-            help="Re-run, alone on the device, a memory failure met while sharing it.",
-        ),
-    ] = True,
-    timing_config: Annotated[
-        str | None,
-        typer.Option(
-            "--timing-config", help='Profiler TimingConfig fields as JSON, e.g. {"time_cap_s": 3}.'
-        ),
-    ] = None,
-    early_start: Annotated[
-        bool,
-        typer.Option(
-            "--early-start/--no-early-start",
-            help="Start the verification process while the reference runs and the timing "
-            "process while the outputs are compared (each waits after import torch).",
-        ),
-    ] = True,
-    warm_processes: Annotated[
-        int | None,
-        typer.Option(
-            "--warm-processes",
-            min=0,
-            help="With --no-fork-server: runner processes kept started ahead, per environment, "
-            "that have already imported torch (0: every phase starts cold; default: 3 on hosts "
-            "with 8 cores or more, else 0).",
-        ),
-    ] = None,
-    fork_server: Annotated[
-        bool,
-        typer.Option(
-            "--fork-server/--no-fork-server",
-            help="Fork every phase's process from one per environment that imported torch "
-            "once (off: --warm-processes decides).",
-        ),
-    ] = True,
+    rerun_alone: RerunAloneOpt = True,
+    timing_config: TimingConfigOpt = None,
+    early_start: EarlyStartOpt = True,
+    warm_processes: WarmProcessesOpt = None,
+    fork_server: ForkServerOpt = True,
     ray_address: RayOpt = None,
     ray_workers: RayWorkersOpt = None,
     *,
@@ -191,11 +205,11 @@ def eval_cmd(
 
         sandbox eval cands.jsonl -o results.jsonl --resume --gpus all --compile-jobs 4
     """
-    from .evaluate import cache_root
     from .stream import evaluate_stream, sandbox_config
 
     _backend_opt(backend)
     stream.check()
+    # here, option by option: bin/config_docs.py reads which option sets which field from it
     cfg = sandbox_config(
         backend=backend,
         trials=max(5, trials),
@@ -226,10 +240,7 @@ def eval_cmd(
         baseline_compile_mode=baseline_compile_mode,
         timing_cpus=timing_cpus,
     )
-    try:  # a cache the sandbox's user cannot reach would fail every candidate: say so once
-        cache_root(cfg)
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--cache-dir") from None
+    _cache_opt(cfg)
     evaluate_stream(cfg, stream, desc="sandbox eval")
 
 
@@ -340,6 +351,17 @@ def _json_opt(text: str | None) -> dict | None:
     if bad:
         raise typer.BadParameter(f"--timing-config: unknown key(s) {', '.join(bad)}")
     return d
+
+
+def _cache_opt(cfg: SandboxConfig) -> None:
+    """A cache the sandbox's user cannot reach would fail every candidate: say so once, as a
+    usage error of --cache-dir."""
+    from .evaluate import cache_root
+
+    try:
+        cache_root(cfg)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--cache-dir") from None
 
 
 def _backend_opt(value: str, allowed: tuple[str, ...] = ("cuda", "cpu", "auto")) -> str:

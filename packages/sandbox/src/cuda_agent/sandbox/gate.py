@@ -44,13 +44,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import re
 import stat
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -218,27 +219,14 @@ class DeviceGate:
     def shared(self, occ: Occupant | None = None, phase: str = "") -> Iterator[None]:
         """Hold the gate shared (others may hold it shared too; never while it is held or
         wanted exclusive). ``occ`` is present while it holds."""
-        t = time.monotonic()
-        with self._cond:
-            while self._writer or self._writers_waiting:
-                self._cond.wait()
-            self._readers += 1
-            if occ is not None:
-                self._enter_locked(occ)
-        try:
-            fd = self._host_acquire(exclusive=False)
-        except BaseException:
-            self._end_shared(occ)
-            raise
-        rec = _start(occ, phase, "shared", time.monotonic() - t)
-        try:
+        with self._hold(occ, phase, "shared", self._grant_shared, self._end_shared):
             yield
-        finally:
-            _stop(rec)
-            try:
-                self._host_release(fd)
-            finally:
-                self._end_shared(occ)
+
+    def _grant_shared(self, occ: Occupant | None) -> None:
+        """(Under the gate's lock.) Wait while it is held or wanted exclusive; hold it shared."""
+        while self._writer or self._writers_waiting:
+            self._cond.wait()
+        self._readers += 1
 
     def _end_shared(self, occ: Occupant | None) -> None:
         with self._cond:
@@ -253,36 +241,25 @@ class DeviceGate:
     ) -> Iterator[None]:
         """Hold the gate exclusive: no other hold, shared or exclusive, while it is held; with
         ``alone`` also no other occupant present. Waiting requests block new shared ones."""
-        t = time.monotonic()
-        with self._cond:
-            self._writers_waiting += 1
-            try:
-                while (
-                    self._writer
-                    or self._readers
-                    or (alone and any(o is not occ for o in self._present))
-                ):
-                    self._cond.wait()
-            finally:
-                self._writers_waiting -= 1
-                self._cond.notify_all()  # readers held back by this request may go if it left
-            self._writer = True
-            if occ is not None:
-                self._enter_locked(occ)
-        try:
-            fd = self._host_acquire(exclusive=True)
-        except BaseException:
-            self._end_exclusive(occ)
-            raise
-        rec = _start(occ, phase, "exclusive", time.monotonic() - t)
-        try:
+        grant = functools.partial(self._grant_exclusive, alone=alone)
+        with self._hold(occ, phase, "exclusive", grant, self._end_exclusive):
             yield
+
+    def _grant_exclusive(self, occ: Occupant | None, *, alone: bool) -> None:
+        """(Under the gate's lock.) Wait, wanting it (new shared requests wait behind), while it
+        is held (with ``alone``: while another occupant is present); hold it exclusive."""
+        self._writers_waiting += 1
+        try:
+            while (
+                self._writer
+                or self._readers
+                or (alone and any(o is not occ for o in self._present))
+            ):
+                self._cond.wait()
         finally:
-            _stop(rec)
-            try:
-                self._host_release(fd)
-            finally:
-                self._end_exclusive(occ)
+            self._writers_waiting -= 1
+            self._cond.notify_all()  # readers held back by this request may go if it left
+        self._writer = True
 
     def _end_exclusive(self, occ: Occupant | None) -> None:
         with self._cond:
@@ -290,6 +267,40 @@ class DeviceGate:
             if occ is not None:
                 self._leave_locked(occ)
             self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def _hold(
+        self,
+        occ: Occupant | None,
+        phase: str,
+        mode: str,
+        grant: Callable[[Occupant | None], None],
+        end: Callable[[Occupant | None], None],
+    ) -> Iterator[None]:
+        """One hold in ``mode`` ("shared" or "exclusive") for the block, what both kinds share:
+        ``grant(occ)`` waits, under the gate's lock, until the hold may start and takes it
+        (``occ`` made present with it); then the host-wide lock is taken, and at the end (or when
+        taking it fails) released before ``end(occ)`` gives the in-process hold back. The time
+        waited for both and the hold itself are recorded on ``occ``."""
+        t = time.monotonic()
+        with self._cond:
+            grant(occ)
+            if occ is not None:
+                self._enter_locked(occ)
+        try:
+            fd = self._host_acquire(exclusive=mode == "exclusive")
+        except BaseException:
+            end(occ)
+            raise
+        rec = _start(occ, phase, mode, time.monotonic() - t)
+        try:
+            yield
+        finally:
+            _stop(rec)
+            try:
+                self._host_release(fd)
+            finally:
+                end(occ)
 
     # -- the host-wide lock (taken inside the in-process hold, released before it) ------------
 

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -37,6 +37,9 @@ from cuda_agent.records.jsonl import DecodeError, RecordWriter, done_keys, read_
 
 from .config import SandboxConfig
 from .pool import SandboxPool
+
+if TYPE_CHECKING:
+    from cuda_agent.records.claims import Claims
 
 GpusOpt = Annotated[
     str | None,
@@ -254,27 +257,86 @@ def eval_stream(
     """
     if resume and output is None:
         raise fail("--resume needs -o FILE (the file whose results are already done)")
-    stats = EvalStats()
     t0 = time.monotonic()
-    done = done_keys(output) if (resume and output is not None) else set()
+    done = _already_done(output if resume else None)
+    claims = _claims(claim)
+    run = _Run(
+        pool,
+        input=input,
+        on_error=on_error,
+        shard=shard,
+        window=window,
+        in_order=in_order,
+        finish=finish,
+        desc=desc,
+        summary_every=summary_every,
+        t0=t0,
+        done=done,
+        claims=claims,
+    )
+    log(
+        f"{desc}: backend={pool.backend} devices={','.join(pool.devices)}"
+        f" workers per {'GPU' if pool.backend == 'cuda' else 'host'}={pool.workers_per_device}"
+        f" compile workers={pool.compile_workers} window={window or pool.default_window}"
+    )
+    with RecordWriter(output, append=True) as writer:
+        for n, cand, res in run.results():
+            run.write(writer, n, cand, res)
+    run.stats.seconds = time.monotonic() - t0
+    log(run.stats.summary(desc))
+    if run.stop:
+        raise fail(*run.stop[0])
+    return run.stats
+
+
+def _already_done(output: Path | None) -> set[str]:
+    """The keys of the results already in ``output`` (``--resume``), said on stderr."""
+    done = done_keys(output) if output is not None else set()
     if done:
         log(f"resume: {len(done)} results already in {output}")
-    claims = None
-    if claim is not None:  # several processes of a host share the stream
-        from cuda_agent.records.claims import Claims
+    return done
 
-        claims = Claims(claim)
-    source = str(input) if input is not None else "<stdin>"
-    stop: list[tuple[str, int]] = []  # the first stop: message, exit code
-    inflight: deque[tuple[int, Candidate]] = deque()  # line, candidate; in input order
 
-    def error_record(n: int, message: str, raw: bytes = b"") -> ErrorRecord:
+def _claims(claim: Path | None) -> Claims | None:
+    """The claims of this process on the queue ``claim`` (``--claim``), if any."""
+    if claim is None:
+        return None
+    from cuda_agent.records.claims import Claims  # several processes of a host share the stream
+
+    return Claims(claim)
+
+
+@dataclass
+class _Run:
+    """One :func:`eval_stream` call: its arguments, and what it holds while the stream runs."""
+
+    pool: SandboxPool
+    input: Path | None
+    on_error: OnError
+    shard: tuple[int, int] | None
+    window: int | None
+    in_order: bool
+    finish: Callable[[Candidate, EvalResult], EvalResult] | None
+    desc: str
+    summary_every: int
+    t0: float  # time.monotonic() at the start
+    done: set[str]  # keys already in the output (--resume)
+    claims: Claims | None  # --claim
+    stats: EvalStats = field(default_factory=EvalStats)
+    stop: list[tuple[str, int]] = field(default_factory=list)  # the first stop: message, exit code
+    inflight: deque[tuple[int, Candidate]] = field(default_factory=deque)  # line, candidate
+
+    def error_record(self, n: int, message: str, raw: bytes = b"") -> ErrorRecord:
         text = raw.decode(errors="replace")[:2000]
+        source = str(self.input) if self.input is not None else "<stdin>"
         return ErrorRecord(line=n, message=message, raw=text, source=source)
 
-    def items() -> Iterator[Candidate | ErrorRecord]:
-        for n, rec in read_records(input):
-            if stop:
+    def items(self) -> Iterator[Candidate | ErrorRecord]:
+        """The candidates to evaluate, read lazily (each kept in ``inflight``, in input order),
+        and under ``--on-error emit`` an ErrorRecord for each malformed line."""
+        stats = self.stats
+        for n, rec in read_records(self.input):
+            if self.stop:
                 return
             stats.read += 1
             if isinstance(rec, DecodeError) or not isinstance(rec, Candidate):
@@ -283,41 +345,36 @@ def eval_stream(
                     msg, raw = rec.message, rec.raw
                 else:
                     msg, raw = f"expected kind candidate, got {rec.__struct_config__.tag!r}", b""
-                if on_error is OnError.stop:
-                    stop.append((f"line {n}: {msg}", 2))
+                if self.on_error is OnError.stop:
+                    self.stop.append((f"line {n}: {msg}", 2))
                     return
-                if on_error is OnError.emit:
-                    yield error_record(n, msg, raw)
+                if self.on_error is OnError.emit:
+                    yield self.error_record(n, msg, raw)
                 else:
                     log(f"line {n}: {msg} (skipped)")
                 continue
             k = rec.key
-            if k in done:
+            if k in self.done:
                 stats.skipped_done += 1
-            elif not in_shard(k, shard):
+            elif not in_shard(k, self.shard):
                 stats.skipped_shard += 1
-            elif claims is not None and not claims.take(k):  # another process has it
+            elif self.claims is not None and not self.claims.take(k):  # another process has it
                 stats.skipped_claimed += 1
             else:
-                inflight.append((n, rec))
+                self.inflight.append((n, rec))
                 yield rec
 
-    log(
-        f"{desc}: backend={pool.backend} devices={','.join(pool.devices)}"
-        f" workers per {'GPU' if pool.backend == 'cuda' else 'host'}={pool.workers_per_device}"
-        f" compile workers={pool.compile_workers} window={window or pool.default_window}"
-    )
-
-    def results() -> Iterator[tuple[int, Candidate, EvalResult | BaseException | ErrorRecord]]:
+    def results(self) -> Iterator[tuple[int, Candidate, EvalResult | BaseException | ErrorRecord]]:
         """(input line, candidate, result) as the pool gives them back."""
-        if in_order:
-            for res in pool.map(items(), window, return_exceptions=True):
+        inflight = self.inflight
+        if self.in_order:
+            for res in self.pool.map(self.items(), self.window, return_exceptions=True):
                 if isinstance(res, ErrorRecord):
                     yield 0, None, res  # type: ignore[misc]
                 else:
                     yield *inflight.popleft(), res
             return
-        for item, res in pool.map_unordered(items(), window, return_exceptions=True):
+        for item, res in self.pool.map_unordered(self.items(), self.window, return_exceptions=True):
             if isinstance(res, ErrorRecord):
                 yield 0, None, res  # type: ignore[misc]
                 continue
@@ -326,50 +383,62 @@ def eval_stream(
             del inflight[i]
             yield n, cand, res
 
-    with RecordWriter(output, append=True) as writer:
-        for n, cand, res in results():
-            if isinstance(res, ErrorRecord):  # a malformed line under --on-error emit
-                writer.write(res)
-                stats.written += 1
-                continue
-            try:
-                if isinstance(res, BaseException):
-                    raise res
-                if finish is not None:
-                    res = finish(cand, res)
-            except Exception as e:  # noqa: BLE001 - reported with the line number
-                stats.failed += 1
-                msg = f"line {n}: {type_name(e)}: {e}"
-                if on_error is OnError.stop:
-                    if claims is not None:  # a later run takes it again
-                        claims.release(cand.key)
-                    if not stop:
-                        stop.append((msg, 1))
-                    log(f"{msg} (stopping after the candidates in flight)")
-                    continue
-                if on_error is OnError.emit:
-                    writer.write(error_record(n, msg))
-                    stats.written += 1
-                else:
-                    log(f"{msg} (skipped)")
-                if claims is not None:
-                    claims.done(cand.key)
-                continue
+    def write(
+        self,
+        writer: RecordWriter,
+        n: int,
+        cand: Candidate,
+        res: EvalResult | BaseException | ErrorRecord,
+    ) -> None:
+        """Write what the pool gave back for the candidate of line ``n`` (through ``finish``),
+        or handle its failure per ``on_error``."""
+        if isinstance(res, ErrorRecord):  # a malformed line under --on-error emit
             writer.write(res)
-            stats.written += 1
-            if claims is not None:
-                claims.done(cand.key)  # after the result is written
-            st = res.status.value
-            stats.statuses[st] = stats.statuses.get(st, 0) + 1
-            k, dt = stats.evaluated, time.monotonic() - t0
-            log(f"[{k} {_rate(k, dt)}] {res.key} {st} {res.seconds:.1f}s {res.message[:160]}")
-            if summary_every and k % summary_every == 0:
-                log(f"{desc}: {k} evaluated in {dt:.0f}s ({_rate(k, dt)}): {stats.verdicts()}")
-    stats.seconds = time.monotonic() - t0
-    log(stats.summary(desc))
-    if stop:
-        raise fail(*stop[0])
-    return stats
+            self.stats.written += 1
+            return
+        try:
+            if isinstance(res, BaseException):
+                raise res
+            if self.finish is not None:
+                res = self.finish(cand, res)
+        except Exception as e:  # noqa: BLE001 - reported with the line number
+            self.failed(writer, n, cand, e)
+            return
+        writer.write(res)
+        self.stats.written += 1
+        if self.claims is not None:
+            self.claims.done(cand.key)  # after the result is written
+        self.progress(res)
+
+    def failed(self, writer: RecordWriter, n: int, cand: Candidate, e: Exception) -> None:
+        """An evaluation (or ``finish``) that raised: stop, emit or skip per ``on_error``."""
+        self.stats.failed += 1
+        msg = f"line {n}: {type_name(e)}: {e}"
+        if self.on_error is OnError.stop:
+            if self.claims is not None:  # a later run takes it again
+                self.claims.release(cand.key)
+            if not self.stop:
+                self.stop.append((msg, 1))
+            log(f"{msg} (stopping after the candidates in flight)")
+            return
+        if self.on_error is OnError.emit:
+            writer.write(self.error_record(n, msg))
+            self.stats.written += 1
+        else:
+            log(f"{msg} (skipped)")
+        if self.claims is not None:
+            self.claims.done(cand.key)
+
+    def progress(self, res: EvalResult) -> None:
+        """Count a written result by status; its line on stderr, and every ``summary_every``
+        results the verdicts so far."""
+        stats = self.stats
+        st = res.status.value
+        stats.statuses[st] = stats.statuses.get(st, 0) + 1
+        k, dt = stats.evaluated, time.monotonic() - self.t0
+        log(f"[{k} {_rate(k, dt)}] {res.key} {st} {res.seconds:.1f}s {res.message[:160]}")
+        if self.summary_every and k % self.summary_every == 0:
+            log(f"{self.desc}: {k} evaluated in {dt:.0f}s ({_rate(k, dt)}): {stats.verdicts()}")
 
 
 def evaluate_stream(
