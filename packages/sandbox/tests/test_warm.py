@@ -560,3 +560,33 @@ def test_a_prewarmed_server_is_the_one_the_first_phase_forks_from(confined_tmp, 
         assert not spares._servers
     finally:
         spares.close()
+
+
+def test_a_launchers_end_is_reported_when_the_servers_sigchld_handler_never_runs(
+    confined_tmp, probe
+):
+    # The kernel may deliver the server's SIGCHLD to a thread its imports started: the main
+    # thread, asleep waiting for the next request, is not woken, and the child's end went
+    # unreported (its parent waited on it until the job's time limit, a CI run for 600 s). Here
+    # the handler is never installed at all (an imported module swallows it): the server's own
+    # reaping must still report each launcher's end, within the job's time limit.
+    lib, env = probe
+    (lib / "nosigchld.py").write_text(
+        "import signal\n_signal = signal.signal\n\n"
+        "def _no_sigchld(sig, handler):\n"
+        "    if sig == signal.SIGCHLD:\n"
+        "        return signal.SIG_DFL\n"
+        "    return _signal(sig, handler)\n\n"
+        "signal.signal = _no_sigchld\n"
+    )
+    srv = start_server(["nosigchld", "warmprobe"], env, confined_tmp)
+    try:
+        assert srv.ready, srv.error
+        for code in (0, 3):
+            t = time.monotonic()
+            out = _job(confined_tmp, env, srv.spawn(), [str(code)], timeout_s=20)
+            assert out.warm and not out.timed_out, out.stderr
+            assert out.returncode == code, out.stderr
+            assert time.monotonic() - t < 15
+    finally:
+        srv.close()

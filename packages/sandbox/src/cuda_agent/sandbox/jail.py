@@ -239,6 +239,7 @@ def _open_fds() -> set[int]:
 
 def _zygote(modules: list[str], fd: int, mark_name: str) -> int:
     """Serve forked launchers on the socket ``fd`` (see the module docstring)."""
+    import select
     import socket
 
     _die_with_parent()
@@ -263,6 +264,18 @@ def _zygote(modules: list[str], fd: int, mark_name: str) -> int:
         return JAIL_FAILED
     keep = _open_fds() - {fd}  # what the import opened: the children keep those
     status: dict[int, int] = {}  # child pid -> the write end of its status pipe
+    # A SIGCHLD the kernel delivers to another thread of this process (the imports start some)
+    # neither wakes the main thread from its wait for the next request nor is held back by its
+    # signal mask: the Python handler then runs late (a child's end unreported until the next
+    # request, its parent waiting on it), or between a fork and the record of the child's pipe.
+    # So the main thread also reaps every 0.2 s, and a status reaped before its pipe is known
+    # is kept until it is.
+    exited: dict[int, int] = {}
+
+    def tell(w: int, st: int) -> None:
+        with contextlib.suppress(OSError):
+            os.write(w, f"{st}\n".encode())
+        os.close(w)
 
     def reap(_sig=None, _frame=None) -> None:
         while True:
@@ -273,10 +286,10 @@ def _zygote(modules: list[str], fd: int, mark_name: str) -> int:
             if pid == 0:
                 return
             w = status.pop(pid, None)
-            if w is not None:
-                with contextlib.suppress(OSError):
-                    os.write(w, f"{st}\n".encode())
-                os.close(w)
+            if w is None:
+                exited[pid] = st
+            else:
+                tell(w, st)
 
     def refuse(fds: list[int], why: str) -> None:
         for f in fds:
@@ -286,7 +299,10 @@ def _zygote(modules: list[str], fd: int, mark_name: str) -> int:
     signal.signal(signal.SIGCHLD, reap)
     sock.send(json.dumps({"ready": os.getpid()}).encode())
     while True:
+        reap()
         try:
+            if not select.select([sock], [], [], 0.2)[0]:
+                continue
             msg, fds, _flags, _addr = socket.recv_fds(sock, 4096, 4)
         except OSError:
             break
@@ -322,7 +338,10 @@ def _zygote(modules: list[str], fd: int, mark_name: str) -> int:
                     os.close(f)  # the socket, its own fds, every other child's status pipe
             os._exit(_one_job(modules))
         env_mark.set(own)
-        status[pid] = fds[3]
+        if pid in exited:  # it ended (and was reaped) before its pipe was recorded
+            tell(fds[3], exited.pop(pid))
+        else:
+            status[pid] = fds[3]
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         for f in fds[:3]:
             os.close(f)
