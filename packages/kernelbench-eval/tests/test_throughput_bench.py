@@ -478,6 +478,13 @@ print(m.KernelExecResult().model_dump())
 
 
 @pytest.mark.slow
+def _ours(batch: Path, out: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``throughput.py ours`` on the cpu backend, as the GPU script runs it."""
+    cmd = [sys.executable, str(BENCH / "throughput.py"), "ours", "--batch", str(batch)]
+    cmd += ["--out", str(out), "--backend", "cpu", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
 def test_runner_concurrent_and_serial_cpu(tmp_path):
     """`ours` through the real `kernelbench-eval run --backend cpu` on two fixture candidates
     (ReLU honest, Softmax incorrect), concurrent and serial; summary and compare on the output."""
@@ -511,25 +518,14 @@ def test_runner_concurrent_and_serial_cpu(tmp_path):
     tcfg = '{"time_cap_s": 1.0, "warmup_max_s": 0.3}'
     runs = {}
     for label, extra in (("conc", []), ("serial", ["--serial"])):
-        p = subprocess.run(
-            [
-                sys.executable,
-                str(BENCH / "throughput.py"),
-                "ours",
-                "--batch",
-                str(batch),
-                "--out",
-                str(tmp_path / label),
-                "--backend",
-                "cpu",
-                "--warm-cache",
-                "--timeout-s",
-                "400",
-                f"--run-arg=--timing-config={tcfg}",
-                *extra,
-            ],
-            capture_output=True,
-            text=True,
+        p = _ours(
+            batch,
+            tmp_path / label,
+            "--warm-cache",
+            "--timeout-s",
+            "400",
+            f"--run-arg=--timing-config={tcfg}",
+            *extra,
             timeout=500,
         )
         assert p.returncode == 0, (
@@ -555,49 +551,12 @@ def test_runner_concurrent_and_serial_cpu(tmp_path):
     seed = tmp_path / "refs-cache"
     (seed / "baselines").mkdir(parents=True)
     (seed / "baselines" / "0123456789abcdef.json").write_text("{}")
-    p = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "throughput.py"),
-            "ours",
-            "--batch",
-            str(batch),
-            "--out",
-            str(tmp_path / "none"),
-            "--backend",
-            "cpu",
-            "--feed-s",
-            "0",
-            "--baselines-from",
-            str(seed),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    p = _ours(batch, tmp_path / "none", "--feed-s", "0", "--baselines-from", str(seed))
     assert p.returncode == 0, p.stderr
     info = json.loads(p.stdout)
     assert info["fed"] == 0 and info["baselines_seeded"] == 1 and info["fresh_cache"]
     s = tp.summarize([], info)
     assert "baselines of 1 tasks taken from an earlier references run" in tp.summary_md(s)
     # the user's own cache is not seeded: a clear refusal, nothing run
-    p = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "throughput.py"),
-            "ours",
-            "--batch",
-            str(batch),
-            "--out",
-            str(tmp_path / "warm"),
-            "--backend",
-            "cpu",
-            "--warm-cache",
-            "--baselines-from",
-            str(seed),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    p = _ours(batch, tmp_path / "warm", "--warm-cache", "--baselines-from", str(seed))
     assert p.returncode != 0 and "not with --warm-cache" in p.stderr
