@@ -48,3 +48,26 @@ def test_malformed_line_exit_2(module, args):
     assert p.stdout == b"" or p.stdout.endswith(b"\n")
     for line in p.stdout.splitlines():
         json.loads(line)
+
+
+@pytest.mark.parametrize(
+    "module, command, says",
+    [
+        ("cuda_agent.rft.cli", "train", "rft train: model"),
+        ("cuda_agent.critic.cli", "pretrain", "critic pretrain: model"),
+    ],
+)
+@pytest.mark.parametrize("where", ["group", "command"])
+def test_deepspeed_launcher_local_rank_is_accepted(tmp_path, module, command, says, where):
+    # `deepspeed --num_gpus N --module M CMD ...` starts each rank as
+    # `python -u -m M --local_rank=R CMD ...`: the CLI takes the option and ignores it (LOCAL_RANK
+    # in the environment is the rank), before the command or after its options
+    args = [command, "--model", str(tmp_path / "none"), "--data", "x.jsonl"]
+    args += ["--out", str(tmp_path / "out")]
+    argv = ["--local_rank=1", *args] if where == "group" else [*args, "--local_rank=1"]
+    r = subprocess.run(
+        [sys.executable, "-u", "-m", module, *argv], capture_output=True, text=True, timeout=120
+    )
+    # the command itself ran: it names the missing model, not an unknown option
+    assert r.returncode == 2 and "No such option" not in r.stderr, r.stderr
+    assert says in r.stderr, r.stderr
