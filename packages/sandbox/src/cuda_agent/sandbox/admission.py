@@ -215,9 +215,10 @@ def device_share(
         return Share(mem_fraction)
     gib = working_set_bytes / GIB
     if want <= GPU_MEMORY_SHARE:
-        fraction = math.ceil(want * 100) / 100  # whole percent: readable in the meta
+        # whole percent, readable in the meta (the ceiling of 0.9 * 100 in floats is 91)
+        fraction = min(math.ceil(want * 100) / 100, GPU_MEMORY_SHARE)
         return Share(
-            min(fraction, GPU_MEMORY_SHARE),
+            fraction,
             large=True,
             why=f"working set {gib:.1f} GiB: a {fraction:.2f} share instead of {mem_fraction:.2f}",
         )
