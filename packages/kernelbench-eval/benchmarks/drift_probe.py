@@ -31,6 +31,7 @@ import multiprocessing as mp
 import os
 import re
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -156,7 +157,7 @@ def probe(
                     "cand_iqr_ms": c.iqr_ms,
                 }
             )
-            print(f"{solution} {cond} rep {rep}: {rows[cond][-1]}", flush=True)
+            print(f"{solution} {cond} rep {rep}: {rows[cond][-1]}", file=sys.stderr, flush=True)
     return {"solution": solution, "conditions": rows}
 
 
