@@ -205,7 +205,11 @@ sec_kb-throughput() {  # issue 28: the fixed batch of real KernelBench work thro
         for flow in $flows; do
           local rest=$(( (lim - ($(date +%s) - t0) - 15) / nf )); nf=$(( nf > 1 ? nf - 1 : 1 ))
           local kd=$d/kb sfx="" pre=${KBT_KB_PRECOMPILE:-$(nproc)}
-          [ "$flow" = default ] && { kd=$d/kb-default; sfx="-default"; pre=0; }
+          case $flow in
+            precompile) ;;
+            default) kd=$d/kb-default; sfx="-default"; pre=0 ;;
+            *) say "kb-throughput: KBT_KB_FLOWS names $flow (default or precompile)"; return 2 ;;
+          esac
           python3 $B/throughput.py kb --subset "$d/subset.jsonl" --out "$kd" --src .gpu-data/kernelbench/src \
             --budget-s "$rest" --precompile-workers "$pre"
           [ -d "$d/subset-ours" ] && python3 $B/throughput.py ratio "$d/subset-ours" "$kd" > "$d/ratio$sfx.json" && \
