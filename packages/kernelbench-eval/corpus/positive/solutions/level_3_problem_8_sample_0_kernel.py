@@ -3,19 +3,57 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.cpp_extension import load_inline
 
-# ResNet basic block: the three convolutions stay in PyTorch (cuDNN); every BatchNorm (inference
-# form, running statistics), the ReLUs and the residual add are fused into two custom kernels:
+# ResNet basic block: the three convolutions stay in PyTorch (cuDNN); every BatchNorm uses the
+# batch's statistics (the mode KernelBench runs the reference in: it never calls .eval()), each
+# channel's mean and biased variance from a shared-memory block reduction (one block per channel,
+# two passes); the normalisations, the ReLUs and the residual add are fused into two kernels:
 #   bn_relu:        relu(bn1(conv1(x)))
 #   bn_add_bn_relu: relu(bn2(conv2(.)) + bn_d(conv_d(x)))
 # float4 path when H*W is a multiple of 4 (a vector never crosses a channel), scalar otherwise.
+# The running statistics are not updated (no output depends on them).
 cuda_source = r"""
 #include <torch/extension.h>
 #include <ATen/cuda/CUDAContext.h>
 
-struct BN { const float *g, *b, *m, *v; float eps; };
+struct BN { const float *g, *b, *m, *s; };  // s: 1 / sqrt(var + eps)
 
 __device__ __forceinline__ float bn_apply(float x, const BN& p, int c) {
-    return (x - p.m[c]) * rsqrtf(p.v[c] + p.eps) * p.g[c] + p.b[c];
+    return (x - p.m[c]) * p.s[c] * p.g[c] + p.b[c];
+}
+
+__device__ float block_sum(float v, float* red) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffff, v, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float t = 0.f;
+    if (threadIdx.x < 32) {
+        t = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0.f;
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_down_sync(0xffffffff, t, o);
+    }
+    if (threadIdx.x == 0) red[32] = t;
+    __syncthreads();
+    t = red[32];
+    __syncthreads();
+    return t;
+}
+
+// one block per channel c of x [N, C, HW]: mean[c] and invstd[c] = 1 / sqrt(var[c] + eps)
+__global__ void channel_stats(const float* __restrict__ x, float* mean, float* invstd, int N, int C, long hw, float eps) {
+    __shared__ float red[33];
+    int c = blockIdx.x;
+    long count = (long)N * hw;
+    float sum = 0.f;
+    for (int n = 0; n < N; ++n) {
+        const float* p = x + ((long)n * C + c) * hw;
+        for (long i = threadIdx.x; i < hw; i += blockDim.x) sum += p[i];
+    }
+    float mu = block_sum(sum, red) / count, sq = 0.f;
+    for (int n = 0; n < N; ++n) {
+        const float* p = x + ((long)n * C + c) * hw;
+        for (long i = threadIdx.x; i < hw; i += blockDim.x) { float d = p[i] - mu; sq += d * d; }
+    }
+    float var = block_sum(sq, red) / count;
+    if (threadIdx.x == 0) { mean[c] = mu; invstd[c] = rsqrtf(var + eps); }
 }
 
 template <bool RESIDUAL>
@@ -45,8 +83,18 @@ __global__ void bn_fused(const float* __restrict__ x, const float* __restrict__ 
     y[i] = fmaxf(v, 0.f);
 }
 
-static BN make_bn(const torch::Tensor& g, const torch::Tensor& b, const torch::Tensor& m, const torch::Tensor& v, double eps) {
-    return BN{g.data_ptr<float>(), b.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), (float)eps};
+// the batch statistics of x (contiguous), kept alive in `keep` until the kernels using them ran
+static BN make_bn(const torch::Tensor& x, const torch::Tensor& g, const torch::Tensor& b, double eps,
+                  std::vector<torch::Tensor>& keep) {
+    int N = x.size(0), C = x.size(1);
+    long hw = x.numel() / ((long)N * C);
+    auto mean = torch::empty({C}, x.options()), invstd = torch::empty({C}, x.options());
+    if (x.numel() > 0)
+        channel_stats<<<C, 512, 0, at::cuda::getCurrentCUDAStream()>>>(
+            x.data_ptr<float>(), mean.data_ptr<float>(), invstd.data_ptr<float>(), N, C, hw, (float)eps);
+    keep.push_back(mean);
+    keep.push_back(invstd);
+    return BN{g.data_ptr<float>(), b.data_ptr<float>(), mean.data_ptr<float>(), invstd.data_ptr<float>()};
 }
 
 static torch::Tensor run(torch::Tensor x, const torch::Tensor* r, BN p, BN q) {
@@ -72,22 +120,27 @@ static torch::Tensor run(torch::Tensor x, const torch::Tensor* r, BN p, BN q) {
     return y;
 }
 
-torch::Tensor bn_relu(torch::Tensor x, torch::Tensor g, torch::Tensor b, torch::Tensor m, torch::Tensor v, double eps) {
-    BN p = make_bn(g, b, m, v, eps);
+torch::Tensor bn_relu(torch::Tensor x, torch::Tensor g, torch::Tensor b, double eps) {
+    std::vector<torch::Tensor> keep;
+    x = x.contiguous();
+    BN p = make_bn(x, g, b, eps, keep);
     return run(x, nullptr, p, p);
 }
 
-torch::Tensor bn_add_bn_relu(torch::Tensor x, torch::Tensor g, torch::Tensor b, torch::Tensor m, torch::Tensor v, double eps,
-                             torch::Tensor r, torch::Tensor g2, torch::Tensor b2, torch::Tensor m2, torch::Tensor v2, double eps2) {
+torch::Tensor bn_add_bn_relu(torch::Tensor x, torch::Tensor g, torch::Tensor b, double eps,
+                             torch::Tensor r, torch::Tensor g2, torch::Tensor b2, double eps2) {
     TORCH_CHECK(x.sizes() == r.sizes(), "residual shape mismatch");
+    std::vector<torch::Tensor> keep;
+    x = x.contiguous();
     auto rc = r.contiguous();
-    return run(x, &rc, make_bn(g, b, m, v, eps), make_bn(g2, b2, m2, v2, eps2));
+    BN p = make_bn(x, g, b, eps, keep), q = make_bn(rc, g2, b2, eps2, keep);
+    return run(x, &rc, p, q);
 }
 """
 
-cpp_source = """torch::Tensor bn_relu(torch::Tensor x, torch::Tensor g, torch::Tensor b, torch::Tensor m, torch::Tensor v, double eps);
-torch::Tensor bn_add_bn_relu(torch::Tensor x, torch::Tensor g, torch::Tensor b, torch::Tensor m, torch::Tensor v, double eps,
-                             torch::Tensor r, torch::Tensor g2, torch::Tensor b2, torch::Tensor m2, torch::Tensor v2, double eps2);"""
+cpp_source = """torch::Tensor bn_relu(torch::Tensor x, torch::Tensor g, torch::Tensor b, double eps);
+torch::Tensor bn_add_bn_relu(torch::Tensor x, torch::Tensor g, torch::Tensor b, double eps,
+                             torch::Tensor r, torch::Tensor g2, torch::Tensor b2, double eps2);"""
 
 bn_ext = load_inline(
     name="resnet_block_bn_fused",
@@ -117,10 +170,9 @@ class ModelNew(nn.Module):
     def forward(self, x):
         b1, b2, bd = self.bn1, self.bn2, self.downsample[1]
         out = F.conv2d(x, self.conv1.weight, None, self.stride, 1)
-        out = bn_ext.bn_relu(out, b1.weight, b1.bias, b1.running_mean, b1.running_var, b1.eps)
+        out = bn_ext.bn_relu(out, b1.weight, b1.bias, b1.eps)
         out = F.conv2d(out, self.conv2.weight, None, 1, 1)
         identity = F.conv2d(x, self.downsample[0].weight, None, self.stride)
         return bn_ext.bn_add_bn_relu(
-            out, b2.weight, b2.bias, b2.running_mean, b2.running_var, b2.eps,
-            identity, bd.weight, bd.bias, bd.running_mean, bd.running_var, bd.eps,
+            out, b2.weight, b2.bias, b2.eps, identity, bd.weight, bd.bias, bd.eps,
         )

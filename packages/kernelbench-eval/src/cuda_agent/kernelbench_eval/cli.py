@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -64,6 +64,14 @@ def tasks(
     strict: Annotated[
         bool, typer.Option("--strict", help="Exit 2 when any problem file breaks the contract.")
     ] = False,
+    model_mode: Annotated[
+        Literal["kernelbench", "train", "eval"],
+        typer.Option(
+            "--model-mode",
+            help="Task.model_mode: KernelBench's semantics (train mode where BatchNorm's batch "
+            "statistics matter, eval elsewhere and where train mode is random), or one mode for all.",
+        ),
+    ] = "kernelbench",
 ) -> None:
     """Read KernelBench/level{N}/{id}_{Name}.py files into Task records on stdout.
 
@@ -74,7 +82,7 @@ def tasks(
     try:
         lv = parse_ranges(levels)
         pr = parse_ranges(problems)
-        items = list(iter_problems(root, lv, pr))
+        items = list(iter_problems(root, lv, pr, model_mode=model_mode))
     except (TreeError, ValueError) as e:
         raise fail(str(e)) from None
     issues = [i for i in items if isinstance(i, ProblemIssue)]

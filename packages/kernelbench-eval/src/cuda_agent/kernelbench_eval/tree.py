@@ -7,10 +7,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from cuda_agent.profiler.program import ProgramError, check_contract
+from cuda_agent.profiler.program import ProgramError, check_contract, mode_dependence
 from cuda_agent.records import Task
 
 PROBLEM_FILE = re.compile(r"^(\d+)_(.+)\.py$")
+# how `tasks` sets Task.model_mode: KernelBench's semantics ("kernelbench"), or one mode for all
+MODE_CHOICES = ("kernelbench", "train", "eval")
 LEVEL_DIR = re.compile(r"^level(\d+)$")
 
 
@@ -56,11 +58,34 @@ def parse_ranges(spec: str | None) -> set[int] | None:
     return out
 
 
+def kernelbench_mode(source: str, name: str = "kb_mode_probe") -> tuple[str, list[str]]:
+    """The module mode KernelBench's semantics give the problem ``source``, and why.
+
+    KernelBench's harness never calls ``.eval()``: its models run in train mode, where BatchNorm
+    normalises with the batch's statistics, and so does this task ("train"). Where the two modes
+    compute the same output the task keeps the default "eval" (the same program, the same
+    baselines). Where train mode draws random numbers (Dropout with p > 0), no other process's
+    output can be checked against the reference's: "eval", Dropout off."""
+    dep = mode_dependence(source, name=name)
+    if dep.random:
+        return "eval", ["random in train mode: " + "; ".join(dep.random[:3])]
+    if dep.statistics:
+        return "train", dep.statistics[:3]
+    return "eval", []
+
+
 def iter_problems(
-    root: Path, levels: set[int] | None = None, problems: set[int] | None = None
+    root: Path,
+    levels: set[int] | None = None,
+    problems: set[int] | None = None,
+    model_mode: str = "kernelbench",
 ) -> Iterator[Task | ProblemIssue]:
     """Tasks of the checkout in (level, problem id) order; files breaking the contract come back
-    as :class:`ProblemIssue` instead of being skipped silently."""
+    as :class:`ProblemIssue` instead of being skipped silently. ``model_mode``: the tasks'
+    ``Task.model_mode``, "train" or "eval" for all, or "kernelbench" (:func:`kernelbench_mode`,
+    with its reasons in ``meta["model_mode_why"]``)."""
+    if model_mode not in MODE_CHOICES:
+        raise ValueError(f"model mode {model_mode!r}: one of {', '.join(MODE_CHOICES)}")
     base = find_levels_dir(root)
     level_dirs = []
     for d in base.iterdir():
@@ -85,13 +110,18 @@ def iter_problems(
             if missing:
                 yield ProblemIssue(f, f"does not define {', '.join(missing)}")
                 continue
+            meta = {"path": str(f.relative_to(base.parent if base.name == "KernelBench" else base))}
+            mode = model_mode
+            if mode == "kernelbench":
+                mode, why = kernelbench_mode(source, name=f"kb_mode_{level}_{pid}")
+                if why:
+                    meta["model_mode_why"] = why
             yield Task.make(
                 name,
                 source,
                 source="kernelbench",
                 level=level,
                 problem_id=pid,
-                meta={
-                    "path": str(f.relative_to(base.parent if base.name == "KernelBench" else base))
-                },
+                model_mode=mode,
+                meta=meta,
             )

@@ -1,6 +1,7 @@
 """Eager and ``torch.compile`` baselines of a task, timed in a fresh subprocess, with a disk cache.
 
-The cache key is (task hash, device name, torch version, protocol version, compile mode, backend);
+The cache key is (task hash (:func:`task_hash`: source and module mode), device name, torch
+version, protocol version, compile mode, backend);
 the cache lives in ``$CUDA_AGENT_CACHE/baselines`` (default ``~/.cache/cuda-agent/baselines``).
 Failures (timeouts, crashes, compile errors) are returned as ``Baseline.error`` and not cached.
 """
@@ -113,8 +114,16 @@ class BaselineCache:
 
 
 def task_hash(task: Task | str) -> str:
-    """Hash of the reference source (the task's identity for timing)."""
+    """The task's identity for timing: the hash of its reference source, and of its module mode
+    where that is not the default "eval" (a source alone is an eval-mode task)."""
+    if isinstance(task, Task) and task.model_mode != "eval":
+        return content_id(task.ref_code, f"model_mode={task.model_mode}")
     return content_id(task.ref_code if isinstance(task, Task) else task)
+
+
+def model_mode(task: Task | str) -> str:
+    """The module mode a task's models run in (a source alone: "eval")."""
+    return task.model_mode if isinstance(task, Task) else "eval"
 
 
 # ---------------------------------------------------------------- in-process helpers
@@ -164,13 +173,15 @@ def time_program(
     config: TimingConfig | None = None,
     seed: int = 0,
     max_sets: int = 3,
+    model_mode: str = "eval",
 ):
     """Time a KernelBench-format program in this process: eager ``Model``, optionally its
     ``torch.compile`` (``compile_mode``) and a ``ModelNew`` from ``new_source``, interleaved.
 
     Returns the :class:`~cuda_agent.profiler.timing.PairedResult` with sides named ``eager``,
-    ``compile`` and ``new``. Models are built with the same init seed; compile is triggered once
-    before timing, so compilation time is never in a sample.
+    ``compile`` and ``new``. Models are built with the same init seed, in module mode
+    ``model_mode``; compile is triggered once before timing, so compilation time is never in a
+    sample.
     """
     import torch
 
@@ -178,7 +189,7 @@ def time_program(
 
     ref = load_reference(ref_source)
     fns: dict[str, Any] = {}
-    model = ref.make_model(device=device, seed=seed)
+    model = ref.make_model(device=device, seed=seed, mode=model_mode)
     pool = make_input_pool(ref, device, seed=seed + 1000, max_sets=max_sets)
     if eager:
         fns["eager"] = model
@@ -189,7 +200,9 @@ def time_program(
         fns["compile"] = compiled
     if new_source is not None:
         new = load_solution(new_source)
-        fns["new"] = new.make_model(device=device, seed=seed, init_inputs=ref.init_inputs())
+        fns["new"] = new.make_model(
+            device=device, seed=seed, init_inputs=ref.init_inputs(), mode=model_mode
+        )
     if not fns:
         raise ValueError("nothing to time: eager=False and no compile_mode or new_source")
     return paired(fns, pool, device=device, config=config)
@@ -335,11 +348,10 @@ def cached_baseline(
 ) -> Baseline | None:
     """The cached baseline :func:`baseline_for_task` would return for these arguments, or None;
     never measures."""
-    ref = task.ref_code if isinstance(task, Task) else task
     backend = "cuda" if device.startswith("cuda") else "cpu"
     dname = device_name(device, visible=(env or {}).get("CUDA_VISIBLE_DEVICES"))
     cache = cache if cache is not None else BaselineCache()
-    return _cache_lookup(cache, task_hash(ref), dname, torch_version(), compile_mode, backend)
+    return _cache_lookup(cache, task_hash(task), dname, torch_version(), compile_mode, backend)
 
 
 def _cache_lookup(
@@ -396,9 +408,9 @@ def baseline_for_task(
     tver = torch_version()
     mode = compile_mode or "none"
     cache = cache if cache is not None else BaselineCache()
-    key = BaselineCache.key(task_hash(ref), dname, tver, mode, backend)
+    key = BaselineCache.key(task_hash(task), dname, tver, mode, backend)
     if not recompute:
-        hit = _cache_lookup(cache, task_hash(ref), dname, tver, compile_mode, backend)
+        hit = _cache_lookup(cache, task_hash(task), dname, tver, compile_mode, backend)
         if hit is not None:
             return hit
     request = {
@@ -406,6 +418,7 @@ def baseline_for_task(
         "ref_code": ref,
         "device": device,
         "compile_mode": compile_mode,
+        "model_mode": model_mode(task),
         "config": (config or TimingConfig()).to_dict(),
         "seed": seed,
     }

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 import typer
@@ -201,7 +201,12 @@ def _time_candidates(path, device, cfg, compile_mode, output, resume, on_error) 
         if src is None:
             raise ValueError("solution has no file defining ModelNew")
         res = time_program(
-            c.task.ref_code, device=device, new_source=src, compile_mode=compile_mode, config=cfg
+            c.task.ref_code,
+            device=device,
+            new_source=src,
+            compile_mode=compile_mode,
+            config=cfg,
+            model_mode=c.task.model_mode,
         )
         d = _detail_from(res, list(res.stats))
         yield EvalResult(
@@ -307,6 +312,10 @@ def ncu_cmd(
         int,
         typer.Option("--max-kernels", help="Kernels listed in the text summary, longest first."),
     ] = 15,
+    model_mode: Annotated[
+        Literal["eval", "train"],
+        typer.Option("--model-mode", help="Module mode of the profiled model (Task.model_mode)."),
+    ] = "eval",
 ) -> None:
     """Per-kernel summary of one forward call (ncu --clock-control none; torch.profiler fallback)."""
     from .ncu import parse_ncu_csv, profile_program, summary_text
@@ -323,6 +332,7 @@ def ncu_cmd(
             timeout_s=timeout,
             use_ncu=use_ncu,
             raw_csv_out=raw_csv,
+            model_mode=model_mode,
         )
     if as_json:
         _out(rep)

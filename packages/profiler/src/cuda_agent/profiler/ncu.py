@@ -184,9 +184,11 @@ def find_ncu() -> str | None:
     return None
 
 
-def _target_cmd(ref: Path, new: Path | None, mode: str, device: str) -> list[str]:
+def _target_cmd(
+    ref: Path, new: Path | None, mode: str, device: str, model_mode: str = "eval"
+) -> list[str]:
     cmd = [sys.executable, "-m", "cuda_agent.profiler.ncu_target", str(ref), "--mode", mode]
-    cmd += ["--device", device]
+    cmd += ["--device", device, "--model-mode", model_mode]
     if new is not None:
         cmd += ["--new", str(new)]
     return cmd
@@ -201,8 +203,10 @@ def profile_program(
     use_ncu: bool = True,
     launch_count: int = 200,
     raw_csv_out: Path | None = None,
+    model_mode: str = "eval",
 ) -> ProfileReport:
-    """Profile one forward call of ``ref``'s Model (or ``new``'s ModelNew) after warm-up."""
+    """Profile one forward call of ``ref``'s Model (or ``new``'s ModelNew) after warm-up, the
+    module in ``model_mode`` (the task's)."""
     program = str(new or ref)
     ncu = find_ncu() if use_ncu else None
     note = ""
@@ -225,7 +229,7 @@ def profile_program(
         ]
         for s in SECTIONS:
             cmd += ["--section", s]
-        cmd += _target_cmd(ref, new, "ncu", device)
+        cmd += _target_cmd(ref, new, "ncu", device, model_mode)
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
             if raw_csv_out is not None:
@@ -241,13 +245,15 @@ def profile_program(
             note = f"ncu output unusable ({e}): {tail}"
     else:
         note = "ncu not found" if use_ncu else "ncu disabled"
-    rep = _torch_profile(ref, new, device, timeout_s)
+    rep = _torch_profile(ref, new, device, timeout_s, model_mode)
     rep.note = (note + "; fell back to torch.profiler").strip("; ")
     return rep
 
 
-def _torch_profile(ref: Path, new: Path | None, device: str, timeout_s: float) -> ProfileReport:
-    cmd = _target_cmd(ref, new, "torch", device)
+def _torch_profile(
+    ref: Path, new: Path | None, device: str, timeout_s: float, model_mode: str = "eval"
+) -> ProfileReport:
+    cmd = _target_cmd(ref, new, "torch", device, model_mode)
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     if p.returncode != 0:
         raise RuntimeError(f"profiling target failed: {p.stderr[-1000:]}")

@@ -17,6 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", choices=("ncu", "torch"), default="ncu")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--model-mode", choices=("eval", "train"), default="eval")
     a = ap.parse_args(argv)
 
     import msgspec
@@ -28,9 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     ref = load_reference(a.ref.read_text())
     if a.new is not None:
         prog = load_solution(a.new.read_text())
-        model = prog.make_model(device=a.device, init_inputs=ref.init_inputs())
+        model = prog.make_model(device=a.device, init_inputs=ref.init_inputs(), mode=a.model_mode)
     else:
-        model = ref.make_model(device=a.device)
+        model = ref.make_model(device=a.device, mode=a.model_mode)
     inputs = ref.make_inputs(device=a.device, seed=1)
     cuda = a.device.startswith("cuda")
     with torch.no_grad():

@@ -66,7 +66,7 @@ def _baseline(req: dict[str, Any]) -> int:
     if report and cuda:
         torch.cuda.reset_peak_memory_stats(device)
     ref = load_reference(req["ref_code"])
-    model = ref.make_model(device=device, seed=seed)
+    model = ref.make_model(device=device, seed=seed, mode=req.get("model_mode", "eval"))
     pool = make_input_pool(ref, device, seed=seed + 1000)
     setup: dict[str, Any] = {}
     if report:

@@ -81,6 +81,10 @@ class Task(_Record, tag="task"):
     problem_id: int | None = None
     ops: list[str] = []
     baseline: Baseline | None = None
+    # the module mode both the reference and the candidate run in: "eval" (``model.eval()``:
+    # BatchNorm with its running statistics, Dropout off) or "train" (the mode a module is
+    # constructed in, KernelBench's semantics: BatchNorm with the batch's statistics)
+    model_mode: Literal["eval", "train"] = "eval"
     meta: dict[str, Any] = {}
 
     @staticmethod

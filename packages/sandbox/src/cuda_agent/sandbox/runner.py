@@ -312,6 +312,11 @@ def _wait_for_go(spec: dict[str, Any], report: dict[str, Any]) -> None:
     report["go_wait_s"] = round(time.monotonic() - t0, 4)
 
 
+def _mode(spec: dict[str, Any]) -> str:
+    """The module mode both models run in (``Task.model_mode``)."""
+    return str(spec.get("model_mode", "eval"))
+
+
 def _load_reference(spec: dict[str, Any]):
     from cuda_agent.profiler.program import Program
 
@@ -351,11 +356,14 @@ def _load_model_new(spec: dict[str, Any]):
 def _build_model_new(spec: dict[str, Any], cls, device: str):
     import torch
 
+    from cuda_agent.profiler.program import set_mode
+
     init_inputs = torch.load(spec["init_path"], weights_only=False) if spec.get("init_path") else []
     torch.manual_seed(int(spec["init_seed"]))
     with torch.device(device):
         model = cls(*init_inputs)
-    model = model.to(device).eval() if isinstance(model, torch.nn.Module) else model
+    if isinstance(model, torch.nn.Module):
+        model = set_mode(model.to(device), _mode(spec))
     sd_info: dict[str, Any] = {}
     if spec.get("sd_path") and isinstance(model, torch.nn.Module):
         sd = torch.load(spec["sd_path"], weights_only=True)
@@ -381,7 +389,9 @@ def op_reference(spec: dict[str, Any], report: dict[str, Any]) -> None:
     with _phase(report, "init"):
         init_inputs = ref.init_inputs()
         torch.save(init_inputs, spec["init_path"])
-        model = ref.make_model(device=device, seed=int(spec["init_seed"]), init_inputs=init_inputs)
+        model = ref.make_model(
+            device=device, seed=int(spec["init_seed"]), init_inputs=init_inputs, mode=_mode(spec)
+        )
         sd = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
         torch.save(sd, spec["sd_path"])
     from cuda_agent.profiler.baseline import tensor_bytes
@@ -457,7 +467,9 @@ def op_judge(spec: dict[str, Any], report: dict[str, Any]) -> None:
     with _phase(report, "init"):
         ref = _load_reference(spec)
         init_inputs = torch.load(spec["init_path"], weights_only=False)  # the reference's file
-        model = ref.make_model(device=device, seed=int(spec["init_seed"]), init_inputs=init_inputs)
+        model = ref.make_model(
+            device=device, seed=int(spec["init_seed"]), init_inputs=init_inputs, mode=_mode(spec)
+        )
         model.load_state_dict(torch.load(spec["sd_path"], weights_only=True))
     tol = Tolerance(**spec["tol"])
     io, done = Path(spec["io_dir"]), Path(spec["done_path"])

@@ -165,7 +165,7 @@ def _ncu(ws: Path, argv: list[str]) -> int:
 
     from .workspace import load_workspace_task
 
-    _, backend = load_workspace_task(ws)
+    task, backend = load_workspace_task(ws)
     if backend != "cuda":
         print("ncu needs the cuda backend")
         return 1
@@ -174,7 +174,10 @@ def _ncu(ws: Path, argv: list[str]) -> int:
     )
     os.chdir(ws)
     rep = profile_program(
-        ws / "model.py", new=None if a.reference else ws / "model_new.py", timeout_s=a.timeout
+        ws / "model.py",
+        new=None if a.reference else ws / "model_new.py",
+        timeout_s=a.timeout,
+        model_mode=task.model_mode,
     )
     print(cap_text(summary_text(rep), OUT_CAP))
     return 0
