@@ -69,3 +69,10 @@ def test_a_baseline_is_measured_in_the_tasks_mode_and_cached_apart(tmp_path):
     assert cached_baseline(evaluation, device="cpu", compile_mode=None, cache=cache) is None
     e = baseline_for_task(evaluation, device="cpu", compile_mode=None, config=CFG, cache=cache)
     assert e.eager is None and "eval mode" in (e.error or ""), e
+
+
+def test_a_train_mode_task_is_another_task():
+    src = program("self.m = nn.BatchNorm1d(16)")
+    evaluation, train = Task.make("bn", src), Task.make("bn", src, model_mode="train")
+    assert evaluation.id == content_id(src) and train.id != evaluation.id
+    assert task_hash(train) == train.id

@@ -89,8 +89,11 @@ class Task(_Record, tag="task"):
 
     @staticmethod
     def make(name: str, ref_code: str, **kw: Any) -> Task:
-        """A task whose id is the hash of its reference source."""
-        return Task(id=content_id(ref_code), name=name, ref_code=ref_code, **kw)
+        """A task whose id is the hash of its reference source (and of its module mode where
+        that is not "eval": the same program in train mode is another task)."""
+        mode = kw.get("model_mode", "eval")
+        tid = content_id(ref_code) if mode == "eval" else content_id(ref_code, f"model_mode={mode}")
+        return Task(id=tid, name=name, ref_code=ref_code, **kw)
 
 
 class Solution(msgspec.Struct, kw_only=True):
