@@ -10,6 +10,10 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, ".gpu-data/kernelbench/src")
+sys.path.insert(0, "packages/kernelbench-eval/benchmarks")
+from throughput import install_stubs  # noqa: E402  (dotenv, openai, litellm: absent there)
+
+install_stubs()
 from kernelbench.eval import eval_kernel_against_ref  # noqa: E402
 
 CORPUS = Path("packages/kernelbench-eval/corpus/positive")
