@@ -183,6 +183,8 @@ sec_kb-throughput() {  # issue 28: the fixed batch of real KernelBench work thro
   local d=$1 lim=$2 B=packages/kernelbench-eval/benchmarks t0=$(date +%s) p
   local feed=${KBT_BATCH_S:-$(( lim * 40 / 100 ))} drain=${KBT_DRAIN_S:-$(( lim * 15 / 100 ))}
   local sub=${KBT_SUBSET_S:-$(( lim * 15 / 100 ))} parts=${KBT_PARTS:-batch subset kb}
+  # the batch run must end (and write run.json, drop its caches) before the lane's own limit
+  [ $(( feed + drain )) -gt $(( lim - 30 )) ] && drain=$(( lim - 30 - feed > 30 ? lim - 30 - feed : 30 ))
   local targ=(); [ -n "${KBT_TIMING:-}" ] && targ=("--run-arg=--timing-config=$KBT_TIMING")
   for p in ${KBT_RUN_ARGS:-}; do targ+=("--run-arg=$p"); done
   [ -n "${KBT_BASELINES_FROM:-}" ] && targ+=(--baselines-from "$KBT_BASELINES_FROM")
@@ -282,6 +284,7 @@ wait $p0
 say "done in $(( $(date +%s) - T0 ))s"
 cat "$OUT/sections.txt"
 mkdir -p "$RESULTS"
-tar czf "$RESULTS/results.tgz" -C "$OUT" --exclude='*.pt' --exclude='*.safetensors' . 2>/dev/null
+# caches (sandbox, profiler, inductor, triton: hundreds of MB) never travel back
+tar czf "$RESULTS/results.tgz" -C "$OUT" --exclude='*.pt' --exclude='*.safetensors' --exclude='cache-*' . 2>/dev/null
 cp "$OUT/sections.txt" "$OUT/env.txt" "$RESULTS/" 2>/dev/null
 ls -la "$RESULTS"
