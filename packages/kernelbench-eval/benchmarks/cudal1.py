@@ -8,7 +8,7 @@ verdicts by reason.
 
 Each line ``{"level", "problem_id", "ref_code", "code", ...}`` becomes a Candidate against its
 OWN reference (``ref_code``: KernelBench v0, whose sizes differ from today's): the task is
-``Task.make("cudal1_L{level}_{id}", ref_code, source="kernelbench", ...)`` and the solution and
+``kernelbench_task("cudal1_L{level}_{id}", ref_code, ...)`` (KernelBench's module mode) and the solution and
 pairing are ``kernelbench-eval solutions --jsonl``'s (:func:`scan_jsonl`,
 :func:`import_solutions`), so the candidates are what ``kernelbench-eval`` would make.
 """
@@ -26,6 +26,7 @@ import msgspec
 import typer
 
 from cuda_agent.kernelbench_eval.solutions import import_solutions, scan_jsonl
+from cuda_agent.kernelbench_eval.tree import kernelbench_task
 from cuda_agent.profiler.program import ProgramError, check_contract
 from cuda_agent.records import Candidate, EvalResult, RecordWriter, Task
 from cuda_agent.records.jsonl import iter_lines, read_records
@@ -65,12 +66,11 @@ def to_candidates(path: Path) -> tuple[list[Task], list[Candidate], list[str]]:
         if missing:
             issues.append(f"L{ln.level}/{ln.problem_id}: ref_code lacks {', '.join(missing)}")
         tasks.append(
-            Task.make(
+            kernelbench_task(
                 task_name(ln.level, ln.problem_id),
                 ln.ref_code,
-                source="kernelbench",
-                level=ln.level,
-                problem_id=ln.problem_id,
+                ln.level,
+                ln.problem_id,
                 meta={
                     "corpus": "cuda-l1",
                     "claimed_speedup_vs_eager_h100": ln.claimed_speedup_vs_eager_h100,

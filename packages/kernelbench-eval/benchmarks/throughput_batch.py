@@ -36,6 +36,7 @@ from typing import Any
 
 from cuda_agent.guards.checks import CHECKS
 from cuda_agent.kernelbench_eval.corpus import CorpusError, load_corpus
+from cuda_agent.kernelbench_eval.tree import kernelbench_task
 from cuda_agent.records import Candidate, Solution, Task
 from cuda_agent.records.jsonl import encode
 
@@ -166,13 +167,8 @@ def cuda_l1_candidates(path: Path = CUDA_L1) -> list[Candidate]:
             continue
         r = json.loads(line)
         lv, pid = int(r["level"]), int(r["problem_id"])
-        task = Task.make(
-            r["name"],
-            r["ref_code"],
-            source="kernelbench",
-            level=lv,
-            problem_id=pid,
-            meta={"reference": "KernelBench v0 (CUDA-L1's)"},
+        task = kernelbench_task(
+            r["name"], r["ref_code"], lv, pid, meta={"reference": "KernelBench v0 (CUDA-L1's)"}
         )
         sol = Solution.make("kernelbench", {"model_new.py": r["code"]}, f"cuda-l1:L{lv}/{pid}")
         bench = {

@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cuda_agent.profiler.program import ProgramError, check_contract, mode_dependence
 from cuda_agent.records import Task
@@ -74,6 +75,34 @@ def kernelbench_mode(source: str, name: str = "kb_mode_probe") -> tuple[str, lis
     return "eval", []
 
 
+def kernelbench_task(
+    name: str,
+    ref_code: str,
+    level: int,
+    problem_id: int,
+    meta: dict[str, Any] | None = None,
+    model_mode: str = "kernelbench",
+) -> Task:
+    """The task of a KernelBench problem, in ``model_mode``: "train" or "eval", or "kernelbench"
+    (:func:`kernelbench_mode`, with its reasons in ``meta["model_mode_why"]``)."""
+    if model_mode not in MODE_CHOICES:
+        raise ValueError(f"model mode {model_mode!r}: one of {', '.join(MODE_CHOICES)}")
+    meta = dict(meta or {})
+    if model_mode == "kernelbench":
+        model_mode, why = kernelbench_mode(ref_code, name=f"kb_mode_{level}_{problem_id}")
+        if why:
+            meta["model_mode_why"] = why
+    return Task.make(
+        name,
+        ref_code,
+        source="kernelbench",
+        level=level,
+        problem_id=problem_id,
+        model_mode=model_mode,
+        meta=meta,
+    )
+
+
 def iter_problems(
     root: Path,
     levels: set[int] | None = None,
@@ -81,9 +110,8 @@ def iter_problems(
     model_mode: str = "kernelbench",
 ) -> Iterator[Task | ProblemIssue]:
     """Tasks of the checkout in (level, problem id) order; files breaking the contract come back
-    as :class:`ProblemIssue` instead of being skipped silently. ``model_mode``: the tasks'
-    ``Task.model_mode``, "train" or "eval" for all, or "kernelbench" (:func:`kernelbench_mode`,
-    with its reasons in ``meta["model_mode_why"]``)."""
+    as :class:`ProblemIssue` instead of being skipped silently. ``model_mode``: as
+    :func:`kernelbench_task`'s."""
     if model_mode not in MODE_CHOICES:
         raise ValueError(f"model mode {model_mode!r}: one of {', '.join(MODE_CHOICES)}")
     base = find_levels_dir(root)
@@ -111,17 +139,4 @@ def iter_problems(
                 yield ProblemIssue(f, f"does not define {', '.join(missing)}")
                 continue
             meta = {"path": str(f.relative_to(base.parent if base.name == "KernelBench" else base))}
-            mode = model_mode
-            if mode == "kernelbench":
-                mode, why = kernelbench_mode(source, name=f"kb_mode_{level}_{pid}")
-                if why:
-                    meta["model_mode_why"] = why
-            yield Task.make(
-                name,
-                source,
-                source="kernelbench",
-                level=level,
-                problem_id=pid,
-                model_mode=mode,
-                meta=meta,
-            )
+            yield kernelbench_task(name, source, level, pid, meta, model_mode)
