@@ -161,3 +161,13 @@ def test_a_solution_is_read_from_regular_files_only(tmp_path, scale_add_task):
         "kernels/example_axpby_binding.cpp",
         "kernels/sub/ok.h",
     }
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_skill_states_the_module_mode_of_the_task(tmp_path, scale_add_task, mode):
+    import msgspec
+
+    task = msgspec.structs.replace(scale_add_task, model_mode=mode)
+    skill = (create_workspace(task, tmp_path / "ws", backend="cpu") / "SKILL.md").read_text()
+    assert f"**{mode} mode**" in skill and "{{" not in skill
+    assert ("batch's own mean" in skill) == (mode == "train")

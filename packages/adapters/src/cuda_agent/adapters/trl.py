@@ -128,12 +128,12 @@ def load_tasks(source: Iterable[Task] | str | Path) -> list[Task]:
     return tasks
 
 
-def _skill(backend: str, guard_policy: str, include_skill: bool) -> str:
+def _skill(backend: str, guard_policy: str, include_skill: bool, model_mode: str = "eval") -> str:
     if not include_skill:
         return NO_SKILL_SYSTEM
     from cuda_agent.sandbox.workspace import skill_text
 
-    return skill_text(backend, guard_policy)
+    return skill_text(backend, guard_policy, model_mode)
 
 
 def single_turn_messages(
@@ -143,7 +143,7 @@ def single_turn_messages(
     workspace's SKILL.md for ``backend`` and ``guard_policy`` as the system message)."""
     from cuda_agent.agent.prompts import single_turn_prompt
 
-    skill = _skill(backend, guard_policy, include_skill)
+    skill = _skill(backend, guard_policy, include_skill, task.model_mode)
     return single_turn_prompt(task.name, task.ref_code, skill, backend)
 
 
@@ -156,7 +156,10 @@ def multi_turn_messages(
     from cuda_agent.agent.prompts import task_prompt
 
     return [
-        {"role": "system", "content": _skill(backend, guard_policy, include_skill).strip()},
+        {
+            "role": "system",
+            "content": _skill(backend, guard_policy, include_skill, task.model_mode).strip(),
+        },
         {"role": "user", "content": task_prompt(task.name, task.ref_code)},
     ]
 

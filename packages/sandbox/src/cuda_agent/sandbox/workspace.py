@@ -117,9 +117,19 @@ _PRECISION_ADVICE = {
 }
 
 
-def skill_text(backend: str, guard_policy: str) -> str:
-    """The workspace's SKILL.md for ``backend`` and ``guard_policy``: its rules table and its
-    precision advice generated from the guard policy (``cuda_agent.guards.api.policy_rules``)."""
+_MODE_NOTE = {
+    "eval": "`model.eval()`, so BatchNorm normalises with its running statistics and Dropout is "
+    "off.",
+    "train": "`model.train()`, the mode a module is built in (KernelBench's harness never calls "
+    "`.eval()`), so BatchNorm normalises with the batch's own mean and biased variance; the "
+    "running statistics need not be updated.",
+}
+
+
+def skill_text(backend: str, guard_policy: str, model_mode: str = "eval") -> str:
+    """The workspace's SKILL.md for ``backend``, ``guard_policy`` and the task's module mode: its
+    rules table and its precision advice generated from the guard policy
+    (``cuda_agent.guards.api.policy_rules``), the mode both models run in stated."""
     from cuda_agent.guards.api import policy_rules
     from cuda_agent.guards.checks import CHECKS
 
@@ -131,6 +141,8 @@ def skill_text(backend: str, guard_policy: str) -> str:
         .replace("{{GUARD_POLICY}}", guard_policy)
         .replace("{{GUARD_RULES}}", policy_rules(guard_policy))
         .replace("{{PRECISION_ADVICE}}", _PRECISION_ADVICE[precision])
+        .replace("{{MODEL_MODE}}", model_mode)
+        .replace("{{MODEL_MODE_NOTE}}", _MODE_NOTE[model_mode])
     )
 
 
@@ -150,7 +162,7 @@ def create_workspace(
         raise FileExistsError(f"{d} exists and is not empty")
     d.mkdir(parents=True, exist_ok=True)
     _copy_infra(d, backend)
-    (d / "SKILL.md").write_text(skill_text(backend, guard_policy))
+    (d / "SKILL.md").write_text(skill_text(backend, guard_policy, task.model_mode))
     _read_only(d / "SKILL.md")
     (d / "model.py").write_text(task.ref_code)
     _read_only(d / "model.py")
