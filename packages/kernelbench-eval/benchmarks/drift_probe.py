@@ -117,13 +117,16 @@ def probe(
     ``conditions`` in turn (so that slow drift is spread over every condition alike)."""
     import torch
 
-    from cuda_agent.profiler.program import Program, load_module
+    from cuda_agent.kernelbench_eval.tree import kernelbench_mode
+    from cuda_agent.profiler.program import Program, load_module, set_mode
     from cuda_agent.profiler.timing import paired
 
-    ref = Program.from_source(reference_path(root, solution).read_text(), name="drift_ref")
+    ref_source = reference_path(root, solution).read_text()
+    mode, _ = kernelbench_mode(ref_source)  # the module mode its task runs in
+    ref = Program.from_source(ref_source, name="drift_ref")
     sol = load_module((root / "solutions" / solution).read_text(), name="drift_sol")
-    eager = ref.make_model(device, seed=0)
-    cand = sol.ModelNew(*ref.init_inputs()).to(device).eval()
+    eager = ref.make_model(device, seed=0, mode=mode)
+    cand = set_mode(sol.ModelNew(*ref.init_inputs()).to(device), mode)
     cand.load_state_dict(eager.state_dict(), strict=False)
 
     def draw(seed: int) -> list[list[Any]]:
