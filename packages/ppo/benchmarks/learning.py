@@ -201,6 +201,19 @@ def aggregate(rows: list[StageMetrics]) -> list[dict]:
     return out
 
 
+def expand_shared(rows: list[StageMetrics]) -> list[StageMetrics]:
+    """A stage evaluated for one seed only (the base model, a shared RFT actor) stands for
+    every PPO seed: its row is repeated with each of their seeds."""
+    seeds = sorted({r.seed for r in rows if r.stage == "ppo"})
+    out = [r for r in rows]
+    for stage in ("base", "rft"):
+        rs = [r for r in rows if r.stage == stage]
+        if rs and len({r.seed for r in rs}) == 1:
+            out = [r for r in out if r.stage != stage]
+            out += [msgspec.structs.replace(rs[-1], seed=s) for s in seeds or [rs[-1].seed]]
+    return out
+
+
 def _order(stage: str) -> int:
     return {"base": 0, "rft": 1, "ppo": 2}.get(stage, 3)
 
@@ -451,14 +464,13 @@ keep_checkpoints = 1000
     )
 
 
-def run_seed(work: Path, seed: int, kept: Path, train: Path, held: Path, o: dict, ecfg) -> None:
-    """RFT, its evaluation, then PPO in chunks of ``eval_every`` steps, each evaluated."""
-    d = work / f"seed-{seed}"
+def run_rft(work: Path, seed: int, kept: Path, held: Path, o: dict, ecfg) -> Path:
+    """``rft train`` (seed ``seed``) on the kept cold-start trajectories, then its held-out
+    evaluation; ``WORK/rft-SEED/final`` is the fine-tuned actor."""
+    d = work / f"rft-{seed}"
     d.mkdir(parents=True, exist_ok=True)
+    rft = d
     log = d / "log.txt"
-    ev = dict(ecfg=ecfg, temperature=o["eval_temperature"], samples=o["eval_samples"])
-    ev["timing"] = o["timing"]
-    rft = d / "rft"
     if not (rft / "final" / "config.json").exists():
         _run(
             [
@@ -486,7 +498,28 @@ def run_seed(work: Path, seed: int, kept: Path, train: Path, held: Path, o: dict
             ],
             log,
         )
-    evaluate(str(rft / "final"), held, d / "eval-rft", stage="rft", seed=seed, ppo_step=0, **ev)
+    ev = dict(ecfg=ecfg, temperature=o["eval_temperature"], samples=o["eval_samples"])
+    evaluate(
+        str(rft / "final"),
+        held,
+        d / "eval",
+        stage="rft",
+        seed=seed,
+        ppo_step=0,
+        **ev,
+        timing=o["timing"],
+    )
+    return rft / "final"
+
+
+def run_seed(work: Path, seed: int, actor: Path, train: Path, held: Path, o: dict, ecfg) -> None:
+    """Multi-turn PPO from ``actor`` in chunks of ``eval_every`` steps, each chunk's checkpoint
+    evaluated on the held-out tasks."""
+    d = work / f"seed-{seed}"
+    d.mkdir(parents=True, exist_ok=True)
+    log = d / "log.txt"
+    ev = dict(ecfg=ecfg, temperature=o["eval_temperature"], samples=o["eval_samples"])
+    ev["timing"] = o["timing"]
     ppo = d / "ppo"
     cfg = d / "ppo.toml"
     step = 0
@@ -495,9 +528,7 @@ def run_seed(work: Path, seed: int, kept: Path, train: Path, held: Path, o: dict
         ck = ppo / f"checkpoint-{step}" / "actor"
         if not (d / f"eval-ppo-{step}.json").exists():
             if not (ck / "config.json").exists():
-                ppo_config(
-                    cfg, actor=str(rft / "final"), tasks=train, out=ppo, seed=seed, steps=step, o=o
-                )
+                ppo_config(cfg, actor=str(actor), tasks=train, out=ppo, seed=seed, steps=step, o=o)
                 _run([_bin("ppo"), "train", "--config", str(cfg), "--resume"], log)
             evaluate(
                 str(ck), held, d / f"eval-ppo-{step}", stage="ppo", seed=seed, ppo_step=step, **ev
@@ -523,8 +554,8 @@ def run(
     max_turns: Annotated[int, typer.Option(help="Turns per episode.")] = 2,
     max_new_tokens: Annotated[int, typer.Option(help="Tokens per turn.")] = 448,
     max_context: Annotated[int, typer.Option(help="Context budget of an episode.")] = 2048,
-    rft_lr: Annotated[float, typer.Option(help="rft train --lr.")] = 5e-5,
-    rft_epochs: Annotated[float, typer.Option(help="rft train --epochs.")] = 2.0,
+    rft_lr: Annotated[float, typer.Option(help="rft train --lr.")] = 1e-4,
+    rft_epochs: Annotated[float, typer.Option(help="rft train --epochs.")] = 1.0,
     rft_batch_tokens: Annotated[int, typer.Option(help="rft train --batch-tokens.")] = 2048,
     ppo_steps: Annotated[int, typer.Option(help="Multi-turn PPO steps per seed.")] = 4,
     eval_every: Annotated[int, typer.Option(help="Held-out evaluation every N PPO steps.")] = 2,
@@ -541,6 +572,13 @@ def run(
     timing: Annotated[
         bool, typer.Option(help="Time candidates (rewards 2 and 3 need it).")
     ] = False,
+    shared_rft: Annotated[
+        bool,
+        typer.Option(
+            help="One RFT run (the first seed) is every seed's PPO start; --no-shared-rft: one "
+            "RFT run per seed."
+        ),
+    ] = True,
     skip_base: Annotated[bool, typer.Option(help="Skip the base model's evaluation.")] = False,
 ) -> None:
     """Run (or continue) the benchmark: tasks, cold start, base eval, then RFT and PPO per seed."""
@@ -563,9 +601,12 @@ def run(
         base.mkdir(exist_ok=True)
         for s in seed_list(seeds) if eval_temperature > 0 else [seed_list(seeds)[0]]:
             evaluate(model, held, base / f"eval-{s}", stage="base", seed=s, ppo_step=0, **ev)
+    actors: dict[int, Path] = {}
+    for s in seed_list(seeds)[:1] if shared_rft else seed_list(seeds):
+        actors[s] = run_rft(work, s, kept, held, o, ecfg)
     for s in seed_list(seeds):
         t1 = time.monotonic()
-        run_seed(work, s, kept, train, held, o, ecfg)
+        run_seed(work, s, actors.get(s, actors[min(actors)]), train, held, o, ecfg)
         _log(f"seed {s} done in {time.monotonic() - t1:.0f}s")
     _log(f"all done in {time.monotonic() - t0:.0f}s (this invocation)")
 
@@ -588,13 +629,7 @@ def report(
     rows = load_results(work)
     out = out or work
     out.mkdir(parents=True, exist_ok=True)
-    seeds = sorted({r.seed for r in rows if r.stage != "base"})
-    # a greedy base evaluation is the same model for every seed: one row stands for all
-    base = [r for r in rows if r.stage == "base"]
-    if base and len({r.seed for r in base}) == 1:
-        rows = [r for r in rows if r.stage != "base"] + [
-            msgspec.structs.replace(base[-1], seed=s) for s in seeds
-        ]
+    rows = expand_shared(rows)
     summary = {"stages": aggregate(rows), "acceptance": acceptance(rows)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     if out != work:
