@@ -557,12 +557,12 @@ def run(
     rft_lr: Annotated[float, typer.Option(help="rft train --lr.")] = 1e-4,
     rft_epochs: Annotated[float, typer.Option(help="rft train --epochs.")] = 1.0,
     rft_batch_tokens: Annotated[int, typer.Option(help="rft train --batch-tokens.")] = 2048,
-    ppo_steps: Annotated[int, typer.Option(help="Multi-turn PPO steps per seed.")] = 4,
-    eval_every: Annotated[int, typer.Option(help="Held-out evaluation every N PPO steps.")] = 2,
+    ppo_steps: Annotated[int, typer.Option(help="Multi-turn PPO steps per seed.")] = 3,
+    eval_every: Annotated[int, typer.Option(help="Held-out evaluation every N PPO steps.")] = 1,
     tasks_per_step: Annotated[int, typer.Option(help="PPO data.tasks_per_step.")] = 4,
     samples_per_task: Annotated[int, typer.Option(help="PPO data.samples_per_task.")] = 2,
-    temperature: Annotated[float, typer.Option(help="PPO rollout temperature.")] = 1.0,
-    actor_lr: Annotated[float, typer.Option(help="PPO ppo.actor_lr.")] = 1e-5,
+    temperature: Annotated[float, typer.Option(help="PPO rollout temperature.")] = 0.6,
+    actor_lr: Annotated[float, typer.Option(help="PPO ppo.actor_lr.")] = 3e-5,
     ppo_epochs: Annotated[int, typer.Option(help="PPO ppo.epochs.")] = 1,
     minibatches: Annotated[int, typer.Option(help="PPO ppo.minibatches.")] = 2,
     kl_coef: Annotated[float, typer.Option(help="PPO ppo.kl_coef (0: no reference model).")] = 0.0,
@@ -595,12 +595,6 @@ def run(
     ecfg = _episode_config(max_turns, max_new_tokens, max_context)
     t0 = time.monotonic()
     kept = coldstart(work, specs, model, ecfg, timing)
-    if not skip_base:
-        ev = dict(ecfg=ecfg, temperature=eval_temperature, samples=eval_samples, timing=timing)
-        base = work / "base"
-        base.mkdir(exist_ok=True)
-        for s in seed_list(seeds) if eval_temperature > 0 else [seed_list(seeds)[0]]:
-            evaluate(model, held, base / f"eval-{s}", stage="base", seed=s, ppo_step=0, **ev)
     actors: dict[int, Path] = {}
     for s in seed_list(seeds)[:1] if shared_rft else seed_list(seeds):
         actors[s] = run_rft(work, s, kept, held, o, ecfg)
@@ -608,7 +602,24 @@ def run(
         t1 = time.monotonic()
         run_seed(work, s, actors.get(s, actors[min(actors)]), train, held, o, ecfg)
         _log(f"seed {s} done in {time.monotonic() - t1:.0f}s")
+    if not skip_base:
+        ev = dict(ecfg=ecfg, temperature=eval_temperature, samples=eval_samples, timing=timing)
+        base = work / "base"
+        base.mkdir(exist_ok=True)
+        for s in seed_list(seeds) if eval_temperature > 0 else [seed_list(seeds)[0]]:
+            evaluate(model, held, base / f"eval-{s}", stage="base", seed=s, ppo_step=0, **ev)
     _log(f"all done in {time.monotonic() - t0:.0f}s (this invocation)")
+
+
+def ppo_train_curves(work: Path) -> dict[str, list[dict]]:
+    """Per seed, the PPO steps' training-side metrics (the train tasks' sampled episodes):
+    reward mean, pass rate and the step's wall times, from ``seed-N/ppo/metrics.jsonl``."""
+    keys = ("step", "reward_mean", "pass_rate", "rollout_s", "train_s", "step_s", "clipfrac")
+    out = {}
+    for f in sorted(work.glob("seed-*/ppo/metrics.jsonl")):
+        rows = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+        out[f.parent.parent.name] = [{k: r[k] for k in keys if k in r} for r in rows]
+    return out
 
 
 def load_results(work: Path) -> list[StageMetrics]:
@@ -630,7 +641,14 @@ def report(
     out = out or work
     out.mkdir(parents=True, exist_ok=True)
     rows = expand_shared(rows)
-    summary = {"stages": aggregate(rows), "acceptance": acceptance(rows)}
+    summary = {
+        "stages": aggregate(rows),
+        "acceptance": acceptance(rows),
+        "ppo_train": ppo_train_curves(work),
+        "args": json.loads((work / "args.json").read_text())
+        if (work / "args.json").exists()
+        else {},
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     if out != work:
         shutil.copy(work / "results.jsonl", out / "results.jsonl")

@@ -104,7 +104,7 @@ def test_end_to_end_tiny_and_resume(L, tmp_path):
     r = CliRunner().invoke(L.app, args)
     assert r.exit_code == 0, r.output + str(r.exception)
     rows = L.load_results(work)
-    assert [(x.stage, x.ppo_step) for x in rows] == [("base", 0), ("rft", 0), ("ppo", 1)]
+    assert [(x.stage, x.ppo_step) for x in rows] == [("rft", 0), ("ppo", 1), ("base", 0)]
     kept = (work / "coldstart" / "kept.jsonl").read_text().splitlines()
     assert len(kept) == 2 and all(json.loads(k)["reward"] == 1.0 for k in kept)
     assert (work / "seed-0" / "ppo" / "checkpoint-1" / "actor" / "config.json").exists()
