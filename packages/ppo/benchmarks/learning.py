@@ -562,7 +562,7 @@ def run(
     tasks_per_step: Annotated[int, typer.Option(help="PPO data.tasks_per_step.")] = 4,
     samples_per_task: Annotated[int, typer.Option(help="PPO data.samples_per_task.")] = 2,
     temperature: Annotated[float, typer.Option(help="PPO rollout temperature.")] = 0.6,
-    actor_lr: Annotated[float, typer.Option(help="PPO ppo.actor_lr.")] = 3e-5,
+    actor_lr: Annotated[float, typer.Option(help="PPO ppo.actor_lr.")] = 6e-5,
     ppo_epochs: Annotated[int, typer.Option(help="PPO ppo.epochs.")] = 1,
     minibatches: Annotated[int, typer.Option(help="PPO ppo.minibatches.")] = 2,
     kl_coef: Annotated[float, typer.Option(help="PPO ppo.kl_coef (0: no reference model).")] = 0.0,
