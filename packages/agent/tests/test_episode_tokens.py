@@ -121,3 +121,21 @@ def test_loaded_models_attend_without_cudnn(tiny_model_dir, monkeypatch):
         assert not torch.backends.cuda.cudnn_sdp_enabled()
     finally:
         torch.backends.cuda.enable_cudnn_sdp(before)
+
+
+def test_tools_subset_in_prompt_and_calls(tmp_path, tok, dir_env):
+    """EpisodeConfig.tools: only those tools' schemas are in the system prompt, and a call to
+    another tool is refused (it runs nothing); an unknown name is an error."""
+    task = Task.make("Identity", REF)
+    cfg = EpisodeConfig(evaluate=False, tools=("Write", "Submit"), max_turns=3)
+    (t,) = EpisodeRunner(ScriptedPolicy(tok, SCRIPT), dir_env, cfg, tmp_path).run([(task, 0)])
+    system = t.messages[0].content
+    assert '"name": "Write"' in system and '"name": "Submit"' in system
+    assert '"name": "Read"' not in system and '"name": "Bash"' not in system
+    calls = {c.name: c for c in t.tool_calls}
+    read, write = calls["Read"], calls["Write"]
+    assert read.name == "Read" and not read.ok and "not offered" in read.result
+    assert write.name == "Write" and write.ok
+    assert (tmp_path / f"0000-{task.id}-0" / "model_new.py").exists()
+    with pytest.raises(ValueError, match="unknown tool"):
+        EpisodeConfig(tools=("Write", "Compile"))

@@ -42,7 +42,7 @@ from .policy import Generation, TokenPolicy
 from .prompts import single_turn_prompt, system_prompt, task_prompt, tool_response
 from .solution_parse import parse_files
 from .toolcalls import ParsedCall, ToolCallError, parse_tool_calls
-from .tools import BashOutput, Toolbox
+from .tools import TOOL_NAMES, TOOL_SCHEMAS, BashOutput, Toolbox
 
 
 class Environment(Protocol):
@@ -76,6 +76,17 @@ class EpisodeConfig:
     )
     tool_workers: int = 8  # threads running the tool calls of different episodes (1: serially)
     request_workers: int = 16  # concurrent requests of an API policy (one per live episode)
+    tools: tuple[str, ...] | None = None  # the tools offered (prompt and calls); None: all
+
+    def __post_init__(self) -> None:
+        if self.tools is not None:
+            self.tools = tuple(self.tools)
+            unknown = [n for n in self.tools if n not in TOOL_NAMES]
+            if unknown or not self.tools:
+                raise ValueError(
+                    f"EpisodeConfig.tools: unknown tool(s) {unknown or '(none given)'}; "
+                    f"known: {', '.join(TOOL_NAMES)}"
+                )
 
 
 @dataclass
@@ -159,6 +170,12 @@ class EpisodeRunner:
         self.token_level = getattr(policy, "token_level", True)
 
     # ------------------------------------------------------------------ setup
+    def _tool_schemas(self) -> list[dict[str, Any]] | None:
+        """The schemas of the offered tools (``None``: all of them)."""
+        if self.cfg.tools is None:
+            return None
+        return [s for s in TOOL_SCHEMAS if s["function"]["name"] in self.cfg.tools]
+
     def _start(self, task: Task, sample: int, index: int) -> _Ep:
         root = self.workdir / f"{index:04d}-{task.id}-{sample}"
         root = self.env.make_workspace(task, root)
@@ -169,7 +186,7 @@ class EpisodeRunner:
             chat = single_turn_prompt(task.name, task.ref_code, skill, self.env.backend)
         else:
             chat = [
-                {"role": "system", "content": system_prompt(skill)},
+                {"role": "system", "content": system_prompt(skill, self._tool_schemas())},
                 {"role": "user", "content": task_prompt(task.name, task.ref_code)},
             ]
         tb = Toolbox(
@@ -177,6 +194,7 @@ class EpisodeRunner:
             bash=self.env.bash,
             protected=self.env.protected,
             bash_timeout=self.cfg.bash_timeout,
+            allowed=self.cfg.tools,
         )
         msgs = [Message(role=m["role"], content=m["content"]) for m in chat]
         ep = _Ep(task, sample, root, tb, msgs, [], [], [], api_messages=[dict(m) for m in chat])

@@ -164,6 +164,7 @@ class Toolbox:
     protected: tuple[str, ...] = DEFAULT_PROTECTED
     bash_timeout: float = 300.0
     todos: list[dict[str, str]] = field(default_factory=list)
+    allowed: tuple[str, ...] | None = None  # the tools this episode offers (None: all)
 
     def __post_init__(self) -> None:
         self.root = Path(self.root).resolve()
@@ -186,7 +187,14 @@ class Toolbox:
 
     # ------------------------------------------------------------ dispatch
     def call(self, name: str, args: dict[str, Any]) -> ToolResult:
-        """Run one tool call; schema violations come back as ``error="schema"``."""
+        """Run one tool call; schema violations (a tool not offered included) come back as
+        ``error="schema"``."""
+        if self.allowed is not None and name not in self.allowed:
+            return ToolResult(
+                f"tool {name!r} is not offered here; available: {', '.join(self.allowed)}",
+                ok=False,
+                error="schema",
+            )
         problem = check_arguments(name, args)
         if problem:
             return ToolResult(problem, ok=False, error="schema")

@@ -51,10 +51,20 @@ class RolloutCfg(_Cfg):
     temperature: float = 1.0  # sampling temperature of the rollout
     top_p: float = 1.0  # nucleus sampling (1.0: off)
     include_skill: bool = True  # SKILL.md in the prompt (False: the no-skill ablation)
+    tools: list[str] | None = None  # the tools offered, e.g. ["Write", "Submit"]; None: all
 
     def __post_init__(self) -> None:
         if self.engine == "server" and not self.server_url:
             raise ValueError('rollout.engine = "server" needs rollout.server_url')
+        if self.tools is not None:
+            from cuda_agent.agent.tools import TOOL_NAMES
+
+            unknown = [n for n in self.tools if n not in TOOL_NAMES]
+            if unknown or not self.tools:
+                raise ValueError(
+                    f"rollout.tools: unknown tool(s) {unknown or '(none given)'}; "
+                    f"known: {', '.join(TOOL_NAMES)}"
+                )
 
 
 class SandboxCfg(_Cfg):

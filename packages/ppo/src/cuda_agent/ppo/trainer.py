@@ -265,6 +265,7 @@ def _rollout(
         max_context_tokens=cfg.rollout.max_context,
         evaluate=reward_fn is None,
         include_skill=cfg.rollout.include_skill,
+        tools=tuple(cfg.rollout.tools) if cfg.rollout.tools is not None else None,
     )
     ws = out / "workspaces" / f"step-{step + 1}-rank{dist.rank}"
     shutil.rmtree(ws, ignore_errors=True)
