@@ -34,8 +34,11 @@ from typing import Annotated
 import msgspec
 import typer
 
+# torch's threads in this process and the rft/ppo subprocesses (OMP_NUM_THREADS=2 uses both
+# cores of a 2-core machine; 1 leaves a core to the sandbox's compiles)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("MKL_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
+THREADS = int(os.environ["OMP_NUM_THREADS"])
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 
@@ -367,7 +370,7 @@ def evaluate(
         return msgspec.json.decode(done.read_bytes(), type=StageMetrics)
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(THREADS)
     t0 = time.monotonic()
     task_list = load_records(tasks, Task)
     pol = HFPolicy.load(model_dir, temperature=temperature, seed=seed)
@@ -584,7 +587,7 @@ def run(
     """Run (or continue) the benchmark: tasks, cold start, base eval, then RFT and PPO per seed."""
     import torch
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(THREADS)
     o = dict(locals())
     o.pop("torch")
     o["work"] = str(work)
