@@ -24,6 +24,24 @@ def test_reward_rises(tmp_path, ppo_cfg, target_reward):
     assert all("clipfrac" in h and "approx_kl" in h and "entropy" in h for h in hist)
 
 
+def test_trainer_logprobs_are_the_rollouts_at_its_temperature(tmp_path, ppo_cfg, target_reward):
+    """A rollout sampled at temperature 0.7: the trainer's recomputed log-probs are those of the
+    distribution sampled (logits / 0.7), so the PPO ratio and TIS weight start at 1."""
+    import msgspec
+
+    from cuda_agent.agent.models import load_tokenizer, make_tiny_model
+
+    cfg = ppo_cfg(use_critic=False, steps=1, epochs=1)
+    cfg = msgspec.structs.replace(
+        cfg, rollout=msgspec.structs.replace(cfg.rollout, temperature=0.7, max_new_tokens=12)
+    )
+    tiny = make_tiny_model(tmp_path / "run" / "tiny-actor", seed=cfg.train.seed)
+    (h,) = train(cfg, reward_fn=target_reward(load_tokenizer(tiny)))
+    # at temperature 1 the same tokens' log-probs differ by about 0.06 on this model
+    assert h["rollout_logp_diff"] < 1e-3, h["rollout_logp_diff"]
+    assert h["tis_capped_frac"] == 0.0
+
+
 def test_critic_per_turn_resume_and_metrics(tmp_path, ppo_cfg, target_reward):
     from cuda_agent.agent.models import load_tokenizer, make_tiny_model
 

@@ -122,9 +122,12 @@ def batch_logprobs(
     positions: list[list[int]],
     device: Any,
     with_entropy: bool = False,
+    temperature: float = 1.0,
 ) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
     """:func:`sample_logprobs` for several right-padded sequences in one forward pass (causal
-    attention never looks at the padding that follows a sequence)."""
+    attention never looks at the padding that follows a sequence). With ``temperature`` the
+    log-probs (and entropies) are those of ``softmax(logits / temperature)``: the distribution a
+    rollout at that temperature sampled from (``HFPolicy`` reports the same)."""
     ids = _padded(seqs, device)
     rows = torch.cat(
         [torch.full((len(p),), i, dtype=torch.long) for i, p in enumerate(positions)]
@@ -142,6 +145,8 @@ def batch_logprobs(
             logits = torch.nn.functional.linear(
                 h.float(), head.weight.float(), None if head.bias is None else head.bias.float()
             )
+    if temperature != 1.0:
+        logits = logits / temperature
     logp_all = torch.log_softmax(logits, dim=-1)
     lp = logp_all.gather(-1, ids[rows, cols].unsqueeze(-1)).squeeze(-1)
     sizes = [len(p) for p in positions]

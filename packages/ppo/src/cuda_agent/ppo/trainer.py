@@ -520,12 +520,16 @@ def train(
         metrics["rollout_s_max"] = max(x["rollout_s"] for x in all_times)
         t_train = time.monotonic()
         samples = build_samples(trajs, cfg.ppo.per_turn_samples)
+        # log-probs of the distribution the rollout sampled (logits / temperature), as verl and
+        # OpenRLHF do: the ratio, TIS weight, KL and entropy all refer to that policy
+        temp = cfg.rollout.temperature if cfg.rollout.temperature > 0 else 1.0
 
         # --- old log-probs, values, reference log-probs (no grad), scattered to trajectories
         T = [len(t.token_ids) for t in trajs]
         old_lp = [torch.zeros(n) for n in T]
         vals = [torch.zeros(n) for n in T]
         ref_lp = [torch.zeros(n) for n in T]
+        lp_diff = [0.0, 0]  # |trainer's - rollout's log-prob| summed over policy tokens, count
         actor.eval()
         if critic is not None:
             critic.eval()
@@ -540,11 +544,18 @@ def train(
                     continue
                 seqs = [trajs[s.traj].token_ids[: s.end] for s in group]
                 poss = [s.positions for s in group]
-                lps, _ = batch_logprobs(actor, seqs, poss, device)
+                lps, _ = batch_logprobs(actor, seqs, poss, device, temperature=temp)
                 vs = batch_values(critic, seqs, poss, device) if critic is not None else None
-                rls = batch_logprobs(ref, seqs, poss, device)[0] if ref is not None else None
+                rls = (
+                    batch_logprobs(ref, seqs, poss, device, temperature=temp)[0]
+                    if ref is not None
+                    else None
+                )
                 for j, s in enumerate(group):
                     old_lp[s.traj][s.positions] = lps[j].float().cpu()
+                    rollout_lp = torch.tensor([trajs[s.traj].logprobs[p] for p in s.positions])
+                    lp_diff[0] += float((old_lp[s.traj][s.positions] - rollout_lp).abs().sum())
+                    lp_diff[1] += len(s.positions)
                     if vs is not None:
                         vals[s.traj][s.positions] = vs[j].float().cpu()
                     if rls is not None:
@@ -552,6 +563,8 @@ def train(
         actor.train()
         if critic is not None:
             critic.train()
+        d_sum, d_n = all_reduce_sum([lp_diff[0], float(lp_diff[1])], dist, device)
+        metrics["rollout_logp_diff"] = d_sum / max(d_n, 1.0)
 
         # --- advantages and returns over whole episodes
         adv, ret = [], []
@@ -634,7 +647,9 @@ def train(
                     mask = torch.ones_like(adv_g)
                     with actor_b.autocast():
                         if train_actor:
-                            lps, ents = batch_logprobs(actor, seqs, poss, device, with_entropy=True)
+                            lps, ents = batch_logprobs(
+                                actor, seqs, poss, device, with_entropy=True, temperature=temp
+                            )
                             lp = torch.cat(lps)[None]
                             ent_sum = torch.cat(ents).sum()
                             rollout = torch.tensor(
