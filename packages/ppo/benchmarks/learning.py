@@ -453,6 +453,7 @@ epochs = {o["ppo_epochs"]}
 minibatches = {o["minibatches"]}
 actor_lr = {o["actor_lr"]}
 use_critic = false
+critic_free_baseline = {q(o["critic_free_baseline"])}
 kl_coef = {o["kl_coef"]}
 micro_batch_tokens = {o["micro_batch_tokens"]}
 
@@ -552,8 +553,8 @@ def run(
     families: Annotated[str, typer.Option(help="Task families (comma-separated).")] = ",".join(
         FAMILIES
     ),
-    per_family: Annotated[int, typer.Option(help="Tasks (constants) per family.")] = 4,
-    heldout_per_family: Annotated[int, typer.Option(help="Of them, held out.")] = 1,
+    per_family: Annotated[int, typer.Option(help="Tasks (constants) per family.")] = 5,
+    heldout_per_family: Annotated[int, typer.Option(help="Of them, held out.")] = 2,
     max_turns: Annotated[int, typer.Option(help="Turns per episode.")] = 2,
     max_new_tokens: Annotated[int, typer.Option(help="Tokens per turn.")] = 448,
     max_context: Annotated[int, typer.Option(help="Context budget of an episode.")] = 2048,
@@ -561,9 +562,12 @@ def run(
     rft_epochs: Annotated[float, typer.Option(help="rft train --epochs.")] = 1.0,
     rft_batch_tokens: Annotated[int, typer.Option(help="rft train --batch-tokens.")] = 2048,
     ppo_steps: Annotated[int, typer.Option(help="Multi-turn PPO steps per seed.")] = 3,
-    eval_every: Annotated[int, typer.Option(help="Held-out evaluation every N PPO steps.")] = 2,
-    tasks_per_step: Annotated[int, typer.Option(help="PPO data.tasks_per_step.")] = 4,
-    samples_per_task: Annotated[int, typer.Option(help="PPO data.samples_per_task.")] = 2,
+    eval_every: Annotated[int, typer.Option(help="Held-out evaluation every N PPO steps.")] = 3,
+    tasks_per_step: Annotated[int, typer.Option(help="PPO data.tasks_per_step.")] = 2,
+    samples_per_task: Annotated[int, typer.Option(help="PPO data.samples_per_task.")] = 4,
+    critic_free_baseline: Annotated[
+        str, typer.Option(help="PPO ppo.critic_free_baseline: task (GRPO-style groups) or step.")
+    ] = "task",
     temperature: Annotated[float, typer.Option(help="PPO rollout temperature.")] = 0.6,
     actor_lr: Annotated[float, typer.Option(help="PPO ppo.actor_lr.")] = 3e-5,
     ppo_epochs: Annotated[int, typer.Option(help="PPO ppo.epochs.")] = 1,

@@ -157,3 +157,33 @@ def test_an_episode_the_harness_failed_is_left_out_of_the_update(tmp_path, ppo_c
     assert m_bad["episodes"] == m_clean["episodes"]
     for k, v in w_clean.items():
         assert torch.equal(v, w_bad[k]), k
+
+
+def test_critic_free_baselines_step_and_task():
+    from cuda_agent.ppo.trainer import critic_free_baselines
+    from cuda_agent.records import Task, Trajectory
+
+    a, b = Task.make("A", "# a"), Task.make("B", "# b")
+    trajs = [
+        Trajectory(id=f"{t.name}{i}", task=t, reward=r)
+        for i, (t, r) in enumerate([(a, 1.0), (a, -1.0), (b, -1.0), (b, -1.0)])
+    ]
+    assert critic_free_baselines(trajs, "step", -0.5) == [-0.5] * 4
+    # GRPO-style groups: A's samples centre on 0, B's (all alike) get baseline = reward
+    assert critic_free_baselines(trajs, "task", -0.5) == [0.0, 0.0, -1.0, -1.0]
+
+
+def test_reward_rises_with_per_task_baselines(tmp_path, ppo_cfg, target_reward):
+    from cuda_agent.agent.models import load_tokenizer, make_tiny_model
+
+    cfg = ppo_cfg(
+        use_critic=False,
+        critic_free_baseline="task",
+        steps=6,
+        epochs=4,
+        minibatches=2,
+        actor_lr=1e-2,
+    )
+    tiny = make_tiny_model(tmp_path / "run" / "tiny-actor", seed=cfg.train.seed)
+    r = [h["reward_mean"] for h in train(cfg, reward_fn=target_reward(load_tokenizer(tiny)))]
+    assert sum(r[-2:]) / 2 > sum(r[:2]) / 2 + 0.2, r

@@ -76,6 +76,7 @@ def test_ppo_config_loads(L, tmp_path):
         actor_lr=1e-5,
         kl_coef=0.0,
         micro_batch_tokens=1024,
+        critic_free_baseline="task",
     )
     f = tmp_path / "ppo.toml"
     L.ppo_config(
@@ -84,6 +85,7 @@ def test_ppo_config_loads(L, tmp_path):
     cfg = load_config(f)
     assert cfg.rollout.tools == ["Write", "Submit"] and cfg.train.seed == 3 and cfg.ppo.steps == 2
     assert not cfg.ppo.use_critic and not cfg.sandbox.timing
+    assert cfg.ppo.critic_free_baseline == "task"
 
 
 @pytest.mark.slow

@@ -105,7 +105,11 @@ class PPOCfg(_Cfg):
     whiten_advantages: bool = True  # advantages scaled to mean 0, std 1 over the step
     max_grad_norm: float = 1.0  # gradient-norm clip of actor and critic
     critic_warmup_steps: int = 0  # steps that train only the critic
-    use_critic: bool = True  # False: advantages are reward - mean reward of the step (no critic)
+    use_critic: bool = True  # False: advantages are reward - a baseline (`critic_free_baseline`)
+    # without a critic, the baseline subtracted from an episode's reward: "step", the mean
+    # reward of the step's episodes; "task", the mean of the same task's samples in the step
+    # (GRPO-style groups: a task whose samples all score alike contributes no gradient)
+    critic_free_baseline: Literal["step", "task"] = "step"
     per_turn_samples: bool = False  # train each turn as its own sample (prefix as context)
     micro_batch_tokens: int = 16384  # padded tokens per forward pass (memory vs speed)
 

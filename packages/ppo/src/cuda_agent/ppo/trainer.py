@@ -207,6 +207,18 @@ def _push_server_weights(
 
 
 # ----------------------------------------------------------------------------- one step
+def critic_free_baselines(trajs: list[Any], kind: str, step_mean: float) -> list[float]:
+    """Each episode's baseline without a critic: ``"step"``, the step's mean reward over all
+    ranks (``step_mean``); ``"task"``, the mean reward of the episodes of the same task in this
+    step (its samples are on one rank: ``_rollout`` gives each rank whole tasks)."""
+    if kind == "step":
+        return [step_mean] * len(trajs)
+    groups: dict[str, list[float]] = {}
+    for t in trajs:
+        groups.setdefault(t.task.id, []).append(float(t.reward))
+    return [sum(groups[t.task.id]) / len(groups[t.task.id]) for t in trajs]
+
+
 def _rollout(
     cfg: PPOConfig,
     actor: Any,
@@ -578,11 +590,13 @@ def train(
                 a, rt = gae(vals[k][None], r, m, cfg.ppo.gamma, cfg.ppo.lam)
                 adv.append(a[0])
                 ret.append(rt[0])
-        else:  # critic-free baseline: reward minus the step's mean reward (over all ranks)
-            base = metrics["reward_mean"]
-            for t in trajs:
+        else:  # critic-free: reward minus a baseline
+            base = critic_free_baselines(
+                trajs, cfg.ppo.critic_free_baseline, metrics["reward_mean"]
+            )
+            for t, b in zip(trajs, base, strict=True):
                 m = torch.tensor(t.loss_mask, dtype=torch.float32)
-                adv.append((t.reward - base) * m)
+                adv.append((t.reward - b) * m)
                 ret.append(t.reward * m)
         masks = [torch.tensor(t.loss_mask, dtype=torch.bool) for t in trajs]
         flat_a = (
@@ -594,10 +608,15 @@ def train(
         if cfg.ppo.whiten_advantages and n_tok > 1:
             mean = s1 / n_tok
             var = max(s2 / n_tok - mean**2, 0.0)
-            adv = [
-                whiten_with(a, torch.tensor(mean), torch.tensor(var)) * m.float()
-                for a, m in zip(adv, masks, strict=True)
-            ]
+            # per-task baselines are the centring: scale only, so that a task whose samples all
+            # scored alike keeps advantage 0
+            if critic is None and cfg.ppo.critic_free_baseline == "task":
+                adv = [a * torch.rsqrt(torch.tensor(var) + 1e-8) for a in adv]
+            else:
+                adv = [
+                    whiten_with(a, torch.tensor(mean), torch.tensor(var)) * m.float()
+                    for a, m in zip(adv, masks, strict=True)
+                ]
         if critic is not None:
             vm = torch.cat([vals[k][m] for k, m in enumerate(masks)]) if trajs else torch.zeros(0)
             rm = torch.cat([ret[k][m] for k, m in enumerate(masks)]) if trajs else torch.zeros(0)
