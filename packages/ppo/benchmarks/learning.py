@@ -356,6 +356,7 @@ def evaluate(
     temperature: float,
     samples: int,
     timing: bool,
+    device: str = "cpu",
 ) -> StageMetrics:
     """Held-out episodes of ``model_dir`` (``samples`` per task, all in one batch), rewarded by
     the sandbox; the trajectories go to ``out.jsonl``, the metrics to ``out.json``. Skipped when
@@ -373,7 +374,7 @@ def evaluate(
     torch.set_num_threads(THREADS)
     t0 = time.monotonic()
     task_list = load_records(tasks, Task)
-    pol = HFPolicy.load(model_dir, temperature=temperature, seed=seed)
+    pol = HFPolicy.load(model_dir, device=device, temperature=temperature, seed=seed)
     ws = out.parent / (out.name + "-workspaces")
     shutil.rmtree(ws, ignore_errors=True)
     jobs = [(t, k) for t in task_list for k in range(samples)]
@@ -459,7 +460,7 @@ micro_batch_tokens = {o["micro_batch_tokens"]}
 
 [train]
 out = {q(str(out))}
-device = "cpu"
+device = {q(o["device"])}
 seed = {seed}
 tensorboard = false
 save_every = 1
@@ -497,12 +498,17 @@ def run_rft(work: Path, seed: int, kept: Path, held: Path, o: dict, ecfg) -> Pat
                 "--seed",
                 str(seed),
                 "--device",
-                "cpu",
+                o["device"],
                 "--resume",
             ],
             log,
         )
-    ev = dict(ecfg=ecfg, temperature=o["eval_temperature"], samples=o["eval_samples"])
+    ev = dict(
+        ecfg=ecfg,
+        temperature=o["eval_temperature"],
+        samples=o["eval_samples"],
+        device=o["device"],
+    )
     evaluate(
         str(rft / "final"),
         held,
@@ -522,7 +528,12 @@ def run_seed(work: Path, seed: int, actor: Path, train: Path, held: Path, o: dic
     d = work / f"seed-{seed}"
     d.mkdir(parents=True, exist_ok=True)
     log = d / "log.txt"
-    ev = dict(ecfg=ecfg, temperature=o["eval_temperature"], samples=o["eval_samples"])
+    ev = dict(
+        ecfg=ecfg,
+        temperature=o["eval_temperature"],
+        samples=o["eval_samples"],
+        device=o["device"],
+    )
     ev["timing"] = o["timing"]
     ppo = d / "ppo"
     cfg = d / "ppo.toml"
@@ -587,6 +598,13 @@ def run(
         ),
     ] = True,
     skip_base: Annotated[bool, typer.Option(help="Skip the base model's evaluation.")] = False,
+    device: Annotated[
+        str,
+        typer.Option(
+            help="Where the model generates and trains: cpu, or cuda (a GPU; the kernels are "
+            "still built and rewarded by the cpu sandbox backend, so the rewards are the same)."
+        ),
+    ] = "cpu",
 ) -> None:
     """Run (or continue) the benchmark: tasks, cold start, base eval, then RFT and PPO per seed."""
     import torch
@@ -610,7 +628,13 @@ def run(
         run_seed(work, s, actors.get(s, actors[min(actors)]), train, held, o, ecfg)
         _log(f"seed {s} done in {time.monotonic() - t1:.0f}s")
     if not skip_base:
-        ev = dict(ecfg=ecfg, temperature=eval_temperature, samples=eval_samples, timing=timing)
+        ev = dict(
+            ecfg=ecfg,
+            temperature=eval_temperature,
+            samples=eval_samples,
+            timing=timing,
+            device=device,
+        )
         base = work / "base"
         base.mkdir(exist_ok=True)
         for s in seed_list(seeds) if eval_temperature > 0 else [seed_list(seeds)[0]]:

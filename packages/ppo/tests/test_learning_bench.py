@@ -77,6 +77,7 @@ def test_ppo_config_loads(L, tmp_path):
         kl_coef=0.0,
         micro_batch_tokens=1024,
         critic_free_baseline="task",
+        device="cpu",
     )
     f = tmp_path / "ppo.toml"
     L.ppo_config(
