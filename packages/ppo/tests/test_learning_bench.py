@@ -100,7 +100,8 @@ def test_end_to_end_tiny_and_resume(L, tmp_path):
     model = make_tiny_model(tmp_path / "tiny", seed=0)
     work = tmp_path / "work"
     args = ["run", "--work", str(work), "--seeds", "0", "--model", str(model)]
-    args += ["--families", "scale", "--per-family", "3", "--max-turns", "1"]
+    args += ["--families", "scale", "--per-family", "3", "--heldout-per-family", "1"]
+    args += ["--max-turns", "1"]
     args += ["--max-new-tokens", "1024", "--max-context", "4096", "--ppo-steps", "1"]
     args += ["--eval-every", "1", "--tasks-per-step", "1", "--samples-per-task", "1"]
     args += ["--rft-batch-tokens", "8192", "--minibatches", "1"]
