@@ -7,16 +7,19 @@ Stages, each resumable (a stage whose output exists is skipped), under ``--work`
 2. ``coldstart``: the scripted policy (``agent.policy.ScriptedPolicy``) solves every train task
    with a known-good kernel, evaluated and rewarded by the sandbox; ``rft select`` keeps them.
    This is the stated cold start: SmolLM2 writes no working kernel by itself.
-3. ``base``: held-out evaluation of the base model (the same for every seed when greedy).
-4. per seed: ``rft train`` on the kept scripted trajectories -> held-out evaluation ->
+3. ``base``: held-out evaluation of the base model (once: one model stands for every seed).
+4. ``rft train`` on the kept scripted trajectories (once, shared by the seeds; per seed with
+   ``--no-shared-rft``) -> held-out evaluation -> per seed:
    multi-turn ``ppo train`` (critic-free, real sandbox rewards), evaluated on the held-out tasks
    after every ``--eval-every`` PPO steps.
 
 Every evaluation writes a metrics line to ``WORK/results.jsonl``; ``report`` aggregates them
 (mean and spread over seeds per stage), writes ``summary.json`` and the plot.
 
-    nice -n 19 python packages/ppo/benchmarks/learning.py run --work /work/learn-run
-    python packages/ppo/benchmarks/learning.py report --work /work/learn-run --out docs/lab/...
+    OMP_NUM_THREADS=2 uv run python packages/ppo/benchmarks/learning.py run --work runs/learning
+    uv run python packages/ppo/benchmarks/learning.py report --work runs/learning --out OUT
+
+What it measured: docs/learning.md.
 """
 
 from __future__ import annotations
@@ -580,13 +583,17 @@ def run(
         str, typer.Option(help="PPO ppo.critic_free_baseline: task (GRPO-style groups) or step.")
     ] = "task",
     temperature: Annotated[float, typer.Option(help="PPO rollout temperature.")] = 0.6,
-    actor_lr: Annotated[float, typer.Option(help="PPO ppo.actor_lr.")] = 3e-5,
+    actor_lr: Annotated[
+        float, typer.Option(help="PPO ppo.actor_lr (3e-5 broke the format).")
+    ] = 1e-5,
     ppo_epochs: Annotated[int, typer.Option(help="PPO ppo.epochs.")] = 1,
     minibatches: Annotated[int, typer.Option(help="PPO ppo.minibatches.")] = 2,
     kl_coef: Annotated[float, typer.Option(help="PPO ppo.kl_coef (0: no reference model).")] = 0.05,
     micro_batch_tokens: Annotated[int, typer.Option(help="PPO ppo.micro_batch_tokens.")] = 4096,
-    eval_temperature: Annotated[float, typer.Option(help="Held-out sampling (0: greedy).")] = 0.0,
-    eval_samples: Annotated[int, typer.Option(help="Held-out episodes per task.")] = 1,
+    eval_temperature: Annotated[
+        float, typer.Option(help="Held-out sampling temperature (0: greedy).")
+    ] = 0.6,
+    eval_samples: Annotated[int, typer.Option(help="Held-out episodes per task.")] = 2,
     timing: Annotated[
         bool, typer.Option(help="Time candidates (rewards 2 and 3 need it).")
     ] = False,
@@ -637,7 +644,7 @@ def run(
         )
         base = work / "base"
         base.mkdir(exist_ok=True)
-        for s in seed_list(seeds) if eval_temperature > 0 else [seed_list(seeds)[0]]:
+        for s in seed_list(seeds)[:1]:  # one model: one evaluation stands for every seed
             evaluate(model, held, base / f"eval-{s}", stage="base", seed=s, ppo_step=0, **ev)
     _log(f"all done in {time.monotonic() - t0:.0f}s (this invocation)")
 
