@@ -42,7 +42,7 @@ from .policy import Generation, TokenPolicy
 from .prompts import single_turn_prompt, system_prompt, task_prompt, tool_response
 from .solution_parse import parse_files
 from .toolcalls import ParsedCall, ToolCallError, parse_tool_calls
-from .tools import TOOL_NAMES, TOOL_SCHEMAS, BashOutput, Toolbox
+from .tools import TOOL_SCHEMAS, BashOutput, Toolbox, check_tool_names
 
 
 class Environment(Protocol):
@@ -80,13 +80,7 @@ class EpisodeConfig:
 
     def __post_init__(self) -> None:
         if self.tools is not None:
-            self.tools = tuple(self.tools)
-            unknown = [n for n in self.tools if n not in TOOL_NAMES]
-            if unknown or not self.tools:
-                raise ValueError(
-                    f"EpisodeConfig.tools: unknown tool(s) {unknown or '(none given)'}; "
-                    f"known: {', '.join(TOOL_NAMES)}"
-                )
+            self.tools = check_tool_names(self.tools, "EpisodeConfig.tools")
 
 
 @dataclass

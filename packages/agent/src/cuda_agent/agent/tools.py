@@ -131,6 +131,19 @@ TOOL_SCHEMAS: list[dict[str, Any]] = [
     ),
 ]
 TOOL_NAMES = [s["function"]["name"] for s in TOOL_SCHEMAS]
+
+
+def check_tool_names(names: list[str] | tuple[str, ...], where: str) -> tuple[str, ...]:
+    """``names`` as a tuple when it is a non-empty list of known tools; otherwise a
+    ``ValueError`` naming the setting (``where``) and the known tools."""
+    unknown = [n for n in names if n not in TOOL_NAMES]
+    if unknown or not names:
+        raise ValueError(
+            f"{where}: unknown tool(s) {unknown or '(none given)'}; known: {', '.join(TOOL_NAMES)}"
+        )
+    return tuple(names)
+
+
 _REQUIRED = {s["function"]["name"]: s["function"]["parameters"]["required"] for s in TOOL_SCHEMAS}
 _PROPS = {s["function"]["name"]: s["function"]["parameters"]["properties"] for s in TOOL_SCHEMAS}
 _PYTYPE = {"string": str, "integer": int, "number": (int, float), "boolean": bool, "array": list}

@@ -57,14 +57,9 @@ class RolloutCfg(_Cfg):
         if self.engine == "server" and not self.server_url:
             raise ValueError('rollout.engine = "server" needs rollout.server_url')
         if self.tools is not None:
-            from cuda_agent.agent.tools import TOOL_NAMES
+            from cuda_agent.agent.tools import check_tool_names
 
-            unknown = [n for n in self.tools if n not in TOOL_NAMES]
-            if unknown or not self.tools:
-                raise ValueError(
-                    f"rollout.tools: unknown tool(s) {unknown or '(none given)'}; "
-                    f"known: {', '.join(TOOL_NAMES)}"
-                )
+            check_tool_names(self.tools, "rollout.tools")
 
 
 class SandboxCfg(_Cfg):
