@@ -22,7 +22,8 @@
 #   positive     (POSITIVE_REDO="runtime_error infra_error": drop rows of these statuses first, so that
 #                --resume evaluates them again) the positive corpus (packages/kernelbench-eval/corpus/positive) under each policy of
 #                $POSITIVE_POLICIES ("strict kernelbench"), $POSITIVE_RUNS (2) runs each (only $LEVELS and
-#                $PROBLEMS, as the refs stage; POSITIVE_WORKERS: --workers-per-gpu): expected
+#                $PROBLEMS, as the refs stage; POSITIVE_WORKERS: --workers-per-gpu; POSITIVE_ARGS: more
+#                positive_corpus.py run flags, e.g. --paired-eager): expected
 #                verdicts, false rejections, speed-ups within 3% between the runs
 #                (benchmarks/positive_corpus.py; exit 1 on a false rejection) -> positive/; with
 #                POSITIVE_RUNS=1 under both policies, the 3% check is between the strict and the
@@ -141,7 +142,7 @@ PY
     say "positive $pol: start (limit ${lim}s; resumable)"
     timeout -k 10 "$lim" python3 packages/kernelbench-eval/benchmarks/positive_corpus.py run \
       --policy "$pol" --out "$W/positive" --runs "${POSITIVE_RUNS:-2}" "${sel[@]}" \
-      ${POSITIVE_WORKERS:+--workers-per-gpu "$POSITIVE_WORKERS"} \
+      ${POSITIVE_WORKERS:+--workers-per-gpu "$POSITIVE_WORKERS"} ${POSITIVE_ARGS:-} \
       --json "$W/positive/check-$pol.json" > "$W/positive_$pol.md" 2>> "$W/positive_$pol.log"
     say "positive $pol: rc=$? (1: a false rejection)"; tail -n 3 "$W/positive_$pol.md" >&2
   done

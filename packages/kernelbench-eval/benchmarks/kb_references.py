@@ -440,6 +440,12 @@ def latest(rows: list[Row]) -> dict[str, Row]:
     return {r.task_id: r for r in rows}
 
 
+def latest_per_problem(rows: list[Row]) -> list[Row]:
+    """The last row of each problem (level, problem, name), in file order: a problem whose task
+    changed (e.g. its ``model_mode``) and was run again is counted once, by its newer row."""
+    return list({(r.level, r.problem, r.name): r for r in rows}.values())
+
+
 def pending(tasks: list[Task], rows: list[Row], redo: set[str]) -> list[Task]:
     """The tasks ``--resume`` runs: those without a row, or whose last row is an infra error or
     has a status in ``redo``."""
@@ -645,7 +651,7 @@ def render(rows: list[Row], env: list[str], command: str, title: str) -> str:
     gpu = next((x for x in env if "H200" in x or "NVIDIA" in x), None) or (
         sorted({r.device for r in rows})[0] if rows else "(GPU: fill in)"
     )
-    by = sorted(latest(rows).values(), key=lambda r: (r.level or 0, r.problem or 0, r.name))
+    by = sorted(latest_per_problem(rows), key=lambda r: (r.level or 0, r.problem or 0, r.name))
     out = [
         f"# {title}",
         "",

@@ -12,8 +12,8 @@ Usage (repo root, after ``. bin/gpu-env.sh`` on the GPU machine):
 
 ``run`` is ``kernelbench-eval tasks --root corpus/positive | solutions --dir
 corpus/positive/solutions | run --backend cuda --guard-policy P`` (resumable: ``-o --resume``;
-run ``i`` writes ``OUT/results-<P>-<i>.jsonl``; ``--no-compile-baseline`` unless
-``--compile-baseline``), then ``check`` on what it wrote. ``check``
+run ``i`` writes ``OUT/results-<P>-<i>.jsonl``, ``results-<P>-paired-<i>.jsonl`` with
+``--paired-eager``; ``--no-compile-baseline`` unless ``--compile-baseline``), then ``check`` on what it wrote. ``check``
 prints one row per solution and a summary, and writes ``--json`` when asked.
 
 A false rejection: a ``guard_violation`` where the corpus expects ``ok``, or one whose rejecting
@@ -237,11 +237,12 @@ def run(a: argparse.Namespace) -> int:
     _sh(["solutions", "--dir", str(a.root / "solutions")], tasks, cands)
     results = []
     for i in range(1, a.runs + 1):
-        res = out / f"results-{a.policy}-{i}.jsonl"
+        res = out / f"results-{a.policy}{'-paired' if a.paired_eager else ''}-{i}.jsonl"
         extra = ["--timing-config", a.timing_config] if a.timing_config else []
         extra += ["--gpus", a.gpus] if a.gpus else []
         extra += ["--workers-per-gpu", str(a.workers_per_gpu)] if a.workers_per_gpu else []
         extra += [] if a.compile_baseline else ["--no-compile-baseline"]
+        extra += ["--paired-eager"] if a.paired_eager else []
         _sh(
             [
                 "run",
@@ -294,6 +295,11 @@ def main(argv: list[str] | None = None) -> int:
         "--compile-baseline",
         action="store_true",
         help="also time torch.compile baselines (10-30 s per task; the check uses eager only)",
+    )
+    r.add_argument(
+        "--paired-eager",
+        action="store_true",
+        help="passed to `run`: eager timed again beside each candidate (the 3%% check's lever)",
     )
     c = sub.choices["check"]
     c.add_argument("results", type=Path, nargs="+", help="one or two results.jsonl files")

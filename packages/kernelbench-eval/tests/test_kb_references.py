@@ -115,6 +115,21 @@ def test_resume_redoes_infra_rows_and_asked_statuses():
     assert [t.name for t in kbr.pending([a, b, c, d], rows, {"timeout"})] == ["b", "c", "d"]
 
 
+def test_table_counts_a_problem_whose_task_changed_once_by_its_newer_row(md_row):
+    old = Task.make("BatchNorm", "# eval", level=1, problem_id=33)
+    new = Task.make("BatchNorm", "# eval", level=1, problem_id=33, model_mode="train")
+    other = Task.make("ReLU", "# relu", level=1, problem_id=19)
+    assert old.id != new.id
+    rows = [
+        _row(old, status="ok", eager_ms=1.0),
+        _row(other, status="ok", eager_ms=2.0),
+        _row(new, status="ref_error", error_class="problem", error="x"),
+    ]
+    assert [r.task_id for r in kbr.latest_per_problem(rows)] == [new.id, other.id]
+    md = kbr.render(rows, [], "", "T")
+    assert md_row(md, 1, 2, 1, 0, 1, 0)  # 2 problems (not 3): the BatchNorm counts by its new row
+
+
 def test_infra_kinds():
     assert kbr.infra_kind("torch.OutOfMemoryError: CUDA out of memory. Tried") == "out_of_memory"
     assert kbr.infra_kind("OSError: [Errno 28] No space left on device") == "disk"

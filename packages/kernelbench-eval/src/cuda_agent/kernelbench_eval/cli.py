@@ -30,6 +30,7 @@ from cuda_agent.sandbox.stream import (
     EvalStreamFlags,
     GpusOpt,
     InOrderOpt,
+    PairedEagerOpt,
     RayOpt,
     RayWorkersOpt,
     TimingCpusOpt,
@@ -208,6 +209,7 @@ def run(
             "max-autotune-no-cudagraphs | reduce-overhead (what speedup_vs_compile compares with)."
         ),
     ] = "default",
+    paired_eager: PairedEagerOpt = False,
     ray_address: RayOpt = None,
     ray_workers: RayWorkersOpt = None,
     timing_cpus: TimingCpusOpt = "auto",
@@ -259,6 +261,7 @@ def run(
         workers_per_gpu=workers_per_gpu,
         compile_baseline=None if compile_baseline else False,
         baseline_compile_mode=baseline_compile_mode,
+        paired_eager=paired_eager,
         timing_cpus=timing_cpus,
     )
 

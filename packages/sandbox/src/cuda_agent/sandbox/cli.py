@@ -31,6 +31,7 @@ from .stream import (
     EvalStreamFlags,
     GpusOpt,
     InOrderOpt,
+    PairedEagerOpt,
     RayOpt,
     RayWorkersOpt,
     TimingCpusOpt,
@@ -175,6 +176,7 @@ def eval_cmd(
     timing: TimingOpt = True,
     baselines: BaselinesOpt = True,
     baseline_compile_mode: BaselineCompileModeOpt = "default",
+    paired_eager: PairedEagerOpt = False,
     timing_cpus: TimingCpusOpt = "auto",
     guard_policy: GuardPolicyOpt = "strict",
     compile_timeout: Annotated[float, typer.Option("--compile-timeout", help="Seconds.")] = 300.0,
@@ -238,6 +240,7 @@ def eval_cmd(
         warm_processes=warm_processes,
         fork_server=fork_server,
         baseline_compile_mode=baseline_compile_mode,
+        paired_eager=paired_eager,
         timing_cpus=timing_cpus,
     )
     _cache_opt(cfg)

@@ -673,7 +673,7 @@ def _run_on_device(
     verdict = _recheck_verdict(d, recheck, chk.corr)
     if isinstance(verdict, EvalResult):
         return verdict
-    timing, speed_e, speed_c = _timing_detail(p, tm.rep, base)
+    timing, speed_e, speed_c = _timing_detail(p, tm.rep, base, tm.eager)
     return _timed_result(d, verdict, chk.corr, timing, speed_e, speed_c)
 
 
@@ -772,6 +772,43 @@ class _DeviceRun:
             timing_cpus=list(kept_cpus()),
         )
         return _TimeOp(tspec, self.root, self.io, **self.confined(cfg.time_timeout_s, rs.hidden))
+
+    def eager_time_op(self, rs: _RefState, base: Any) -> _TimeOp:
+        """The paired eager timer (``SandboxConfig.paired_eager``): the reference's program timed
+        with the candidate's protocol (without the kernel-trace cross-check, which is the
+        candidate's) on the same input sets, by a trusted process in the reference's private
+        directory, as the judge runs."""
+        p, cfg = self.p, self.p.config
+        private = self.root / "private"
+        spec = {
+            "op": "time_eager",
+            "ref_path": str(self.work / "model.py"),
+            "device": self.device,
+            "model_mode": p.candidate.task.model_mode,
+            "init_seed": rs.init_seed,
+            "init_path": str(rs.init_path),
+            "sd_path": str(rs.sd_path),
+            "trials": rs.trials,
+            "timing_sets": cfg.timing_sets,
+            "timing_config": dict(_timing_config(cfg, p.backend, base), trace_check=False),
+            "timing_cpus": list(kept_cpus()),
+            "report": str(private / "time_eager.report.json"),
+            "mem_fraction": self.mem_fraction,
+        }
+        return _TimeOp(
+            spec,
+            self.root,
+            private,
+            name="eager",
+            spec_dir=private,
+            cwd=self.work,
+            env=dict(self.env, HOME=str(private), TMPDIR=str(private)),
+            limits=_limits(cfg, cfg.time_timeout_s, p.backend, drop_user=False),
+            slot=self.slot,
+            writable=[private],
+            warm=cfg.warm_spares(),
+            fork=cfg.fork_server,
+        )
 
 
 def _device_run(
@@ -1185,25 +1222,42 @@ class _Recheck:
 
 
 class _Timed(NamedTuple):
-    """The timing process's outcome and report, and the seconds it waited for the gate."""
+    """The timing process's outcome and report, the seconds it waited for the gate, and the
+    paired eager timer's report when it timed (None otherwise)."""
 
     out: Outcome
     rep: dict[str, Any]
     waited: float
+    eager: dict[str, Any] | None = None
+
+
+def _pairs_eager(p: Prepared) -> bool:
+    """Whether the eager program is timed again beside this candidate."""
+    return p.config.paired_eager and p.config.baselines
 
 
 def _time(
     d: _DeviceRun, rs: _RefState, base: Any, early_time: list[_TimeOp], recheck: _Recheck
 ) -> _Timed:
     """Run the timing process (the one started early, if any) to its end, ``recheck`` inside
-    its exclusive hold when it ended well; stages ``time`` (from the start signal when early;
-    neither the gate waits nor the re-check) and ``time_wait``, and the timing's ``meta``."""
+    its exclusive hold when it ended well, the paired eager timer (if asked) in the same hold
+    right after it; stages ``time`` (from the start signal when early; neither the gate waits
+    nor the re-check nor the eager timing) and ``time_wait``, and the timing's ``meta``."""
     p = d.p
     t, t_wall = time.monotonic(), time.time()
     timer = early_time[0] if early_time else d.time_op(rs, base)
-    out, rep, waited = timer.run(d.turn, then=recheck)
-    p.stages["time"] = time.monotonic() - t - waited - recheck.seconds
+    eager = d.eager_time_op(rs, base) if _pairs_eager(p) else None
+    out, rep, waited = timer.run(d.turn, then=recheck, partner=eager)
+    eager_res = eager.result() if eager is not None else None
+    eager_s = float(eager_res[1].get("timing_s") or 0.0) if eager_res else 0.0
+    p.stages["time"] = time.monotonic() - t - waited - recheck.seconds - eager_s
     p.stages["time_wait"] = waited
+    if eager is not None:
+        p.stages["time_eager"] = eager_s
+    if eager is not None:
+        p.meta["eager_paired"] = (
+            "paired" if eager_res else f"the eager timer did not time: {_eager_failure(eager)}"
+        )
     _record_phases(p, "time", rep, stage_t0=t_wall if early_time else None, gate_wait=waited)
     if kept_cpus():  # where the timing ran (profiler.cpus): the kept cores, the rest elsewhere
         p.meta["cpus"] = {
@@ -1215,7 +1269,17 @@ def _time(
         p.meta["time_started_early"] = round(timer.pre_start_s, 3)  # seconds it waited warm
     if isinstance(rep.get("timed_wall"), list):
         p.meta["timed_wall"] = [round(float(x), 6) for x in rep["timed_wall"][:2]]
-    return _Timed(out, rep, waited)
+    return _Timed(out, rep, waited, eager_res[1] if eager_res else None)
+
+
+def _eager_failure(eager: _TimeOp | None) -> str:
+    """What the paired eager timer's process said when it did not time (for ``meta``)."""
+    res = eager.box.get("res") if eager is not None else None
+    if not res:
+        return "not started" if eager is None or "exc" not in eager.box else str(eager.box["exc"])
+    if not eager.ran:
+        return "the candidate's timing did not end well"
+    return _error_text(res[0], res[1])[:300]
 
 
 def _timing_failed(p: Prepared, tm: _Timed, corr: CorrectnessDetail) -> EvalResult | None:
@@ -1268,14 +1332,21 @@ def _recheck_verdict(
     return v
 
 
-def _timing_detail(
-    p: Prepared, rep: dict[str, Any], base: Any
-) -> tuple[TimingDetail, float | None, float | None]:
-    """The timing detail of the timing process's report and, with baselines, the speed-ups
-    over eager and compiled (None where unknown), compared as the candidate was timed."""
-    cand_stats = TimingStats(
+def _stats(rep: dict[str, Any]) -> TimingStats:
+    """The ``TimingStats`` of a timing process's report."""
+    return TimingStats(
         **{k: val for k, val in rep["stats"].items() if k in TimingStats.__struct_fields__}
     )
+
+
+def _timing_detail(
+    p: Prepared, rep: dict[str, Any], base: Any, eager_rep: dict[str, Any] | None = None
+) -> tuple[TimingDetail, float | None, float | None]:
+    """The timing detail of the timing process's report and, with baselines, the speed-ups
+    over eager and compiled (None where unknown), compared as the candidate was timed. With
+    the paired eager timer's report, eager is its time when it was timed the way the candidate
+    was (CUDA graph replays or not), else the cached baseline's."""
+    cand_stats = _stats(rep)
     timing = TimingDetail(
         protocol_version=_protocol(),
         candidate=cand_stats,
@@ -1289,14 +1360,36 @@ def _timing_detail(
             timing.eager, timing.compile = _comparable_baseline(b, cand_stats)
             if b.error:
                 timing.flags.append(f"baseline: {b.error[:200]}")
-            if timing.eager and cand_stats.median_ms > 0:
-                speed_e = timing.eager.median_ms / cand_stats.median_ms
-                timing.speedup_vs_eager_ci = _ratio_ci(timing.eager, cand_stats)
-            if timing.compile and cand_stats.median_ms > 0:
-                speed_c = timing.compile.median_ms / cand_stats.median_ms
-                timing.speedup_vs_compile_ci = _ratio_ci(timing.compile, cand_stats)
-                p.meta["baseline_compile_mode"] = b.compile_mode  # what speed_c compares with
+        paired = _paired_eager_stats(p, eager_rep, cand_stats, timing.eager)
+        if paired is not None:
+            timing.eager = paired
+        if timing.eager and cand_stats.median_ms > 0:
+            speed_e = timing.eager.median_ms / cand_stats.median_ms
+            timing.speedup_vs_eager_ci = _ratio_ci(timing.eager, cand_stats)
+        if b is not None and timing.compile and cand_stats.median_ms > 0:
+            speed_c = timing.compile.median_ms / cand_stats.median_ms
+            timing.speedup_vs_compile_ci = _ratio_ci(timing.compile, cand_stats)
+            p.meta["baseline_compile_mode"] = b.compile_mode  # what speed_c compares with
     return timing, speed_e, speed_c
+
+
+def _paired_eager_stats(
+    p: Prepared, eager_rep: dict[str, Any] | None, cand: TimingStats, cached: Any
+) -> TimingStats | None:
+    """The paired eager timer's stats when they compare with the candidate's (both CUDA graph
+    replays, or neither); ``meta.eager_paired`` says why not otherwise, ``meta.eager_cached_ms``
+    keeps the cached baseline's figure beside the paired one."""
+    if eager_rep is None:
+        return None
+    from cuda_agent.profiler.timing import F_GRAPH
+
+    stats = _stats(eager_rep)
+    if (F_GRAPH in stats.flags) != (F_GRAPH in cand.flags):
+        p.meta["eager_paired"] = "not comparable: one side was timed by CUDA graph replays"
+        return None
+    if cached is not None:
+        p.meta["eager_cached_ms"] = round(cached.median_ms, 6)
+    return stats
 
 
 def _timed_result(

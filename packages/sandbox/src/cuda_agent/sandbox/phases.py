@@ -116,15 +116,25 @@ class _TimeOp:
     it touches the device or the candidate's code; :meth:`run` writes ``start`` once the parent
     has entered the gate. That wait does not count against the time limit either."""
 
-    def __init__(self, spec: dict[str, Any], root: Path, io: Path, **kw: Any):
+    def __init__(
+        self,
+        spec: dict[str, Any],
+        root: Path,
+        io: Path,
+        name: str = "",
+        spec_dir: Path | None = None,
+        **kw: Any,
+    ):
         sig = root / "signal"
         sig.mkdir(mode=0o755, exist_ok=True)
-        self.go, self.ready = sig / "go", io / "ready"
-        self.start, self.abort = sig / "time_start", sig / "time_abort"
+        pre = f"{name}_" if name else ""  # a second op of one candidate (the paired eager timer)
+        self.go, self.ready = sig / f"{pre}go", io / f"{pre}ready"
+        self.start, self.abort = sig / f"{pre}time_start", sig / f"{pre}time_abort"
         self.spec = dict(
             spec, ready_path=str(self.ready), go_path=str(self.go), go_timeout_s=GO_TIMEOUT_S
         )
         self.root, self.kw = root, kw
+        self.spec_dir = spec_dir or root
         self.wait = {"total": 0.0, "since": None, "abort": False}
         self.pre_start_s = 0.0  # started early: seconds it waited for the start signal
         self.ran = False
@@ -149,7 +159,7 @@ class _TimeOp:
     def _spawn(self, spec: dict[str, Any]) -> None:
         def target() -> None:
             try:
-                self.box["res"] = _run_op(spec, self.root, extend=self._extra, **self.kw)
+                self.box["res"] = _run_op(spec, self.spec_dir, extend=self._extra, **self.kw)
             except BaseException as e:  # noqa: BLE001 - re-raised in the parent thread
                 self.box["exc"] = e
             finally:
@@ -178,22 +188,55 @@ class _TimeOp:
         self.thread.join()
         return True
 
+    def go_and_wait(self) -> None:
+        """Let a partner started early build and time now (the caller holds the exclusive
+        section, the candidate's process has ended), to its end."""
+        self.ran = True
+        self._stop_waiting()
+        self.start.touch(mode=0o644)
+        self.go.touch()
+        self.done.wait()
+
+    def end(self) -> None:
+        """End a partner that was not let go (it has run nothing yet), then wait for it."""
+        if self.thread is None:
+            return
+        if not self.ran:
+            self.cancel()
+        self.done.wait()
+        self.thread.join()
+
+    def result(self) -> tuple[Outcome, dict[str, Any]] | None:
+        """(outcome, report) of a process that timed and ended well; None otherwise."""
+        res = self.box.get("res")
+        if not self.ran or not res or res[0].returncode != 0 or not res[1].get("ok"):
+            return None
+        return res
+
     def _stop_waiting(self) -> None:
         if self.wait["since"] is not None:
             self.wait["total"] += time.monotonic() - self.wait["since"]
             self.wait["since"] = None
 
-    def run(self, turn: _Turn, then: Any = None) -> tuple[Outcome, dict[str, Any], float]:
+    def run(
+        self, turn: _Turn, then: Any = None, partner: _TimeOp | None = None
+    ) -> tuple[Outcome, dict[str, Any], float]:
         """Run (or let the early process go on) to the end: (outcome, report, seconds waited
         for the gate; the early wait for the start signal is :attr:`pre_start_s`). ``then()``
         runs inside the exclusive hold once the process has ended well (the re-check of the
         timed output: a second of judge there costs less than waiting, shared, behind another
-        worker's whole exclusive hold, which took up to 87 s on the H200)."""
+        worker's whole exclusive hold, which took up to 87 s on the H200). A ``partner`` (the
+        paired eager timer) is started early beside it (it imports torch and waits) and, once
+        this process has ended well, builds and times in the same exclusive hold, in the device
+        memory this one freed; otherwise it is ended untimed (its :meth:`result` says how it
+        went)."""
         entered, self.ran = False, True
         try:
             with turn.shared("time_startup"):
                 turn.enter()  # present from here until the process ends (it holds device memory)
                 entered = True
+                if partner is not None:
+                    partner.start_early(start_timeout_s=GO_TIMEOUT_S)
                 if self.thread is None:
                     self._clear()
                     self._spawn(self.spec)
@@ -212,7 +255,10 @@ class _TimeOp:
                         self.go.touch()
                         self.done.wait()
                         res = self.box.get("res")
-                        if then is not None and res and res[0].returncode == 0 and res[1].get("ok"):
+                        ok = bool(res and res[0].returncode == 0 and res[1].get("ok"))
+                        if ok and partner is not None and not partner.done.is_set():
+                            partner.go_and_wait()
+                        if then is not None and ok:
                             then()
                 finally:
                     self._stop_waiting()
@@ -220,6 +266,8 @@ class _TimeOp:
             self.wait["abort"] = True
             raise
         finally:
+            if partner is not None:
+                partner.end()
             if self.thread is not None:
                 self.done.wait()
                 self.thread.join()

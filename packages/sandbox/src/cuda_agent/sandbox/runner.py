@@ -774,23 +774,16 @@ def _gv(g: Any) -> dict[str, Any]:
     return msgspec.to_builtins(g)
 
 
-def op_time(spec: dict[str, Any], report: dict[str, Any]) -> None:
-    with _phase(report, "import_torch"):
-        import msgspec
-        import torch
+def _timed_section(spec: dict[str, Any], report: dict[str, Any], model: Any, pool: list) -> None:
+    """Time ``model`` on the input sets ``pool`` with the spec's protocol once the parent says
+    ``go`` (the exclusive section), on the cores kept for it; ``stats`` and ``timing_s`` into
+    the report."""
+    import msgspec
+    import torch
 
-        from cuda_agent.profiler import TimingConfig, measure, warm_kernel_trace
+    from cuda_agent.profiler import TimingConfig, measure, warm_kernel_trace
 
-    _wait_for_start(spec, report, "wait_compare")
     device = spec["device"]
-    _init_device(spec)
-    ref = _load_reference(spec)
-    report["stage"] = "load"
-    cls = _load_model_new(spec)
-    model, _ = _build_model_new(spec, cls, device)
-    trials = spec["trials"]
-    pool = [_trial_inputs(ref, t, device) for t in trials[: int(spec.get("timing_sets", 2))]]
-    _sync(device)
     cfg = TimingConfig.from_dict(spec.get("timing_config") or {})
     if cfg.trace_check and device.startswith("cuda"):
         with _phase(report, "trace_setup"):  # seconds of CUPTI set-up, outside the exclusive hold
@@ -808,19 +801,75 @@ def op_time(spec: dict[str, Any], report: dict[str, Any]) -> None:
         enter_timed(spec["timing_cpus"])
         report["timed_cpus"] = sorted(os.sched_getaffinity(0))
     report["stage"] = "timing"
-    wall0 = time.time()
+    report["timed_from"] = time.time()
     t0 = time.monotonic()
     stats = measure(call, pool, device=device, config=cfg)
     report["timing_s"] = time.monotonic() - t0
     report["stats"] = msgspec.to_builtins(stats)
+
+
+def _timing_pool(spec: dict[str, Any], ref: Any) -> list:
+    """The input sets the timed calls cycle through: the first ``timing_sets`` trials'."""
+    device = spec["device"]
+    pool = [
+        _trial_inputs(ref, t, device) for t in spec["trials"][: int(spec.get("timing_sets", 2))]
+    ]
+    _sync(device)
+    return pool
+
+
+def op_time(spec: dict[str, Any], report: dict[str, Any]) -> None:
+    with _phase(report, "import_torch"):  # before the early process waits for its start
+        import torch
+
+        import cuda_agent.profiler  # noqa: F401
+
+    _wait_for_start(spec, report, "wait_compare")
+    device = spec["device"]
+    _init_device(spec)
+    ref = _load_reference(spec)
+    report["stage"] = "load"
+    cls = _load_model_new(spec)
+    model, _ = _build_model_new(spec, cls, device)
+    pool = _timing_pool(spec, ref)
+    _timed_section(spec, report, model, pool)
     del pool
     report["stage"] = "recheck"
-    inputs = _trial_inputs(ref, trials[0], device)
+    inputs = _trial_inputs(ref, spec["trials"][0], device)
     with torch.no_grad():
         out = model(*inputs)
     _sync(device)
     _save_output(out, Path(spec["io_dir"]) / "timed_out.pt")
-    report["timed_wall"] = [wall0, time.time()]  # the window the parent checks against its gate
+    report["timed_wall"] = [
+        report.pop("timed_from"),
+        time.time(),
+    ]  # the window the parent checks against its gate
+    report["stage"] = "done"
+
+
+def op_time_eager(spec: dict[str, Any], report: dict[str, Any]) -> None:
+    """The reference's own program timed like the candidate, on the same input sets, in the same
+    exclusive hold right after it (``SandboxConfig.paired_eager``): a trusted process (the
+    reference's code only), so the speed-up's two sides see the same conditions. Started with
+    the candidate's timing process, it builds nothing on the device before its start signal,
+    given once the candidate's process has ended (and freed its memory)."""
+    with _phase(report, "import_torch"):
+        import torch
+
+        import cuda_agent.profiler  # noqa: F401
+
+    device = spec["device"]
+    _init_device(spec)
+    ref = _load_reference(spec)
+    _wait_for_start(spec, report, "wait_candidate")
+    report["stage"] = "init"
+    init_inputs = torch.load(spec["init_path"], weights_only=False)  # the reference's file
+    model = ref.make_model(
+        device=device, seed=int(spec["init_seed"]), init_inputs=init_inputs, mode=_mode(spec)
+    )
+    model.load_state_dict(torch.load(spec["sd_path"], weights_only=True))
+    pool = _timing_pool(spec, ref)
+    _timed_section(spec, report, model, pool)
     report["stage"] = "done"
 
 
@@ -829,6 +878,7 @@ OPS = {
     "compile": op_compile,
     "candidate": op_candidate,
     "time": op_time,
+    "time_eager": op_time_eager,
     "judge": op_judge,
 }
 

@@ -119,6 +119,17 @@ TimingCpusOpt = Annotated[
 ]
 
 
+PairedEagerOpt = Annotated[
+    bool,
+    typer.Option(
+        "--paired-eager/--no-paired-eager",
+        help="Time the reference's eager program again right after each candidate, in its "
+        "exclusive hold (a trusted process), and divide the speed-up over eager by that time "
+        "instead of the cached baseline's.",
+    ),
+]
+
+
 class EvalStreamFlags(StreamFlags, kw_only=True):
     """The stream and pool flags of a command that evaluates a candidate stream (``sandbox
     eval``, ``kernelbench-eval run``), named as the commands' parameters: the command declares
