@@ -104,6 +104,16 @@ def _early_start_spec(spec: dict[str, Any], start: Path, abort: Path, timeout_s:
     return dict(spec, start_path=str(start), abort_path=str(abort), start_timeout_s=timeout_s)
 
 
+def _as_timed(report: dict[str, Any]) -> dict[str, Any]:
+    """The timing settings a partner needs to be timed as the candidate of ``report`` was: CUDA
+    graph replays only if the candidate's samples were (the profiler times a candidate whose
+    graph does not redo its work without graphs)."""
+    from cuda_agent.profiler.timing import F_GRAPH
+
+    flags = (report.get("stats") or {}).get("flags") or []
+    return {"cuda_graph": "on" if F_GRAPH in flags else "off"}
+
+
 class _TimeOp:
     """The ``time`` op with its start-up outside the exclusive section: the process builds its
     model and inputs under the shared gate, says ``ready``; the parent takes the gate exclusive
@@ -188,12 +198,17 @@ class _TimeOp:
         self.thread.join()
         return True
 
-    def go_and_wait(self) -> None:
+    def go_and_wait(self, timing_overrides: dict[str, Any] | None = None) -> None:
         """Let a partner started early build and time now (the caller holds the exclusive
-        section, the candidate's process has ended), to its end."""
+        section, the candidate's process has ended), to its end; ``timing_overrides`` (timing
+        config fields, e.g. the CUDA-graph mode the candidate was really timed in) travel in
+        its start signal."""
         self.ran = True
         self._stop_waiting()
-        self.start.touch(mode=0o644)
+        tmp = self.start.with_name(self.start.name + ".part")
+        tmp.write_text(json.dumps(timing_overrides or {}))
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, self.start)
         self.go.touch()
         self.done.wait()
 
@@ -257,7 +272,7 @@ class _TimeOp:
                         res = self.box.get("res")
                         ok = bool(res and res[0].returncode == 0 and res[1].get("ok"))
                         if ok and partner is not None and not partner.done.is_set():
-                            partner.go_and_wait()
+                            partner.go_and_wait(_as_timed(res[1]))
                         if then is not None and ok:
                             then()
                 finally:

@@ -862,6 +862,9 @@ def op_time_eager(spec: dict[str, Any], report: dict[str, Any]) -> None:
     _init_device(spec)
     ref = _load_reference(spec)
     _wait_for_start(spec, report, "wait_candidate")
+    # the parent's start signal says how the candidate was really timed (its CUDA-graph mode)
+    overrides = json.loads(Path(spec["start_path"]).read_text() or "{}")
+    spec = dict(spec, timing_config={**(spec.get("timing_config") or {}), **overrides})
     report["stage"] = "init"
     init_inputs = torch.load(spec["init_path"], weights_only=False)  # the reference's file
     model = ref.make_model(
