@@ -851,17 +851,18 @@ def op_time_eager(spec: dict[str, Any], report: dict[str, Any]) -> None:
     """The reference's own program timed like the candidate, on the same input sets, in the same
     exclusive hold right after it (``SandboxConfig.paired_eager``): a trusted process (the
     reference's code only), so the speed-up's two sides see the same conditions. Started with
-    the candidate's timing process, it builds nothing on the device before its start signal,
-    given once the candidate's process has ended (and freed its memory)."""
+    the candidate's timing process, it touches the device only after its start signal, given
+    once the candidate's process has ended (and freed its memory)."""
     with _phase(report, "import_torch"):
         import torch
 
         import cuda_agent.profiler  # noqa: F401
 
     device = spec["device"]
-    _init_device(spec)
     ref = _load_reference(spec)
+    # nothing on the device before the start signal: the candidate may be timed meanwhile
     _wait_for_start(spec, report, "wait_candidate")
+    _init_device(spec)
     # the parent's start signal says how the candidate was really timed (its CUDA-graph mode)
     overrides = json.loads(Path(spec["start_path"]).read_text() or "{}")
     spec = dict(spec, timing_config={**(spec.get("timing_config") or {}), **overrides})
