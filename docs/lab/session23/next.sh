@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The next GPU session's calls (README.md, "Next GPU session"), one per `run`, back to back on one
 # warm machine; carry .whl and .gpu-data (bin/prepare-gpu-data.sh, then
-# cp docs/lab/session23/references-272.jsonl .gpu-data/kb-run/references.jsonl). COMMIT=<sha> CALL=R|P|B8|BP|T.
+# mkdir -p .gpu-data/kb-run && cp docs/lab/session23/references-272.jsonl .gpu-data/kb-run/references.jsonl &&
+# tar xzf docs/lab/session23/baseline-cache.tgz -C .gpu-data/kb-run: the H200 baselines of the positive
+# corpus's 39 tasks and the GPU's ceilings, so they are not measured again). COMMIT=<sha> CALL=R|P|B8|BP|T.
 #   R:  the nine train-mode references left (the refs stage resumed: only they have no row)
 #   P:  the positive corpus under `kernelbench` twice with --paired-eager, then the two runs' 3% check
 #       (resumable: a second call goes on where the first stopped)
