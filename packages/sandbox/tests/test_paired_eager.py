@@ -1,9 +1,10 @@
 """The paired eager timer (``SandboxConfig.paired_eager``): the reference's program timed again in
 the candidate's own exclusive hold, by a trusted process, and the speed-up over eager taken from
 it. Found on the H200 (docs/lab/session23): timed in one process, interleaved, a candidate and
-its eager reference keep their ratio within 1.1-2.4% under host load, other GPU memory and new
-input addresses while their absolute times move up to 30%; dividing by an eager time cached from
-another run moved honest speed-ups 4-25% between two runs of the positive corpus."""
+its eager reference keep their ratio within 1.0-2.4% with nothing else running, beside other GPU
+memory and with new input addresses, while their absolute times move up to 30%; dividing by an
+eager time cached from another run moved honest speed-ups 4-25% between two runs of the positive
+corpus."""
 
 from __future__ import annotations
 

@@ -1254,7 +1254,6 @@ def _time(
     p.stages["time_wait"] = waited
     if eager is not None:
         p.stages["time_eager"] = eager_s
-    if eager is not None:
         p.meta["eager_paired"] = (
             "paired" if eager_res else f"the eager timer did not time: {_eager_failure(eager)}"
         )
@@ -1272,14 +1271,14 @@ def _time(
     return _Timed(out, rep, waited, eager_res[1] if eager_res else None)
 
 
-def _eager_failure(eager: _TimeOp | None) -> str:
+def _eager_failure(eager: _TimeOp) -> str:
     """What the paired eager timer's process said when it did not time (for ``meta``)."""
-    res = eager.box.get("res") if eager is not None else None
-    if not res:
-        return "not started" if eager is None or "exc" not in eager.box else str(eager.box["exc"])
+    if "exc" in eager.box:
+        return str(eager.box["exc"])[:300]
     if not eager.ran:
         return "the candidate's timing did not end well"
-    return _error_text(res[0], res[1])[:300]
+    res = eager.box.get("res")
+    return _error_text(res[0], res[1])[:300] if res else "no result"
 
 
 def _timing_failed(p: Prepared, tm: _Timed, corr: CorrectnessDetail) -> EvalResult | None:

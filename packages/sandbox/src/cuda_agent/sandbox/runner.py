@@ -323,6 +323,22 @@ def _load_reference(spec: dict[str, Any]):
     return Program.from_source(Path(spec["ref_path"]).read_text(), name="sandbox_reference")
 
 
+def _reference_model(spec: dict[str, Any], ref) -> Any:
+    """The reference's model on the spec's device, in its mode, with the weights the reference
+    phase saved (trusted processes only: the judge, the paired eager timer)."""
+    import torch
+
+    init_inputs = torch.load(spec["init_path"], weights_only=False)  # the reference's file
+    model = ref.make_model(
+        device=spec["device"],
+        seed=int(spec["init_seed"]),
+        init_inputs=init_inputs,
+        mode=_mode(spec),
+    )
+    model.load_state_dict(torch.load(spec["sd_path"], weights_only=True))
+    return model
+
+
 def _trial_inputs(ref, trial: dict[str, Any], device: str) -> list[Any]:
     inputs = ref.make_inputs(device=device, seed=int(trial["seed"]))
     return apply_variant(inputs, trial["variant"], int(trial["seed"]))
@@ -466,11 +482,7 @@ def op_judge(spec: dict[str, Any], report: dict[str, Any]) -> None:
         _init_device(spec)
     with _phase(report, "init"):
         ref = _load_reference(spec)
-        init_inputs = torch.load(spec["init_path"], weights_only=False)  # the reference's file
-        model = ref.make_model(
-            device=device, seed=int(spec["init_seed"]), init_inputs=init_inputs, mode=_mode(spec)
-        )
-        model.load_state_dict(torch.load(spec["sd_path"], weights_only=True))
+        model = _reference_model(spec, ref)
     tol = Tolerance(**spec["tol"])
     io, done = Path(spec["io_dir"]), Path(spec["done_path"])
     deadline = time.monotonic() + float(spec.get("wait_s", 3600.0))
@@ -840,10 +852,8 @@ def op_time(spec: dict[str, Any], report: dict[str, Any]) -> None:
         out = model(*inputs)
     _sync(device)
     _save_output(out, Path(spec["io_dir"]) / "timed_out.pt")
-    report["timed_wall"] = [
-        report.pop("timed_from"),
-        time.time(),
-    ]  # the window the parent checks against its gate
+    # the window the parent checks against its gate
+    report["timed_wall"] = [report.pop("timed_from"), time.time()]
     report["stage"] = "done"
 
 
@@ -853,12 +863,11 @@ def op_time_eager(spec: dict[str, Any], report: dict[str, Any]) -> None:
     reference's code only), so the speed-up's two sides see the same conditions. Started with
     the candidate's timing process, it touches the device only after its start signal, given
     once the candidate's process has ended (and freed its memory)."""
-    with _phase(report, "import_torch"):
-        import torch
+    with _phase(report, "import_torch"):  # before it waits for its start
+        import torch  # noqa: F401
 
         import cuda_agent.profiler  # noqa: F401
 
-    device = spec["device"]
     ref = _load_reference(spec)
     # nothing on the device before the start signal: the candidate may be timed meanwhile
     _wait_for_start(spec, report, "wait_candidate")
@@ -867,11 +876,7 @@ def op_time_eager(spec: dict[str, Any], report: dict[str, Any]) -> None:
     overrides = json.loads(Path(spec["start_path"]).read_text() or "{}")
     spec = dict(spec, timing_config={**(spec.get("timing_config") or {}), **overrides})
     report["stage"] = "init"
-    init_inputs = torch.load(spec["init_path"], weights_only=False)  # the reference's file
-    model = ref.make_model(
-        device=device, seed=int(spec["init_seed"]), init_inputs=init_inputs, mode=_mode(spec)
-    )
-    model.load_state_dict(torch.load(spec["sd_path"], weights_only=True))
+    model = _reference_model(spec, ref)
     pool = _timing_pool(spec, ref)
     _timed_section(spec, report, model, pool)
     report["stage"] = "done"
