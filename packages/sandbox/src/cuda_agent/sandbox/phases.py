@@ -21,6 +21,7 @@ from typing import Any
 from .config import SandboxConfig
 from .gate import DeviceGate, Occupant
 from .isolation import Limits, Outcome, caps, run_confined
+from .profiling import timed_as
 from .warm import RUNNER, shared_pool
 
 GO_TIMEOUT_S = 4 * 3600.0  # the timing process's own bound on waiting for its exclusive turn
@@ -102,16 +103,6 @@ def _early_start_spec(spec: dict[str, Any], start: Path, abort: Path, timeout_s:
     """``spec`` of a process started early: it waits after ``import torch`` for ``start`` or
     ``abort`` (at most ``timeout_s``; runner._wait_for_start)."""
     return dict(spec, start_path=str(start), abort_path=str(abort), start_timeout_s=timeout_s)
-
-
-def _as_timed(report: dict[str, Any]) -> dict[str, Any]:
-    """The timing settings a partner needs to be timed as the candidate of ``report`` was: CUDA
-    graph replays only if the candidate's samples were (the profiler times a candidate whose
-    graph does not redo its work without graphs)."""
-    from cuda_agent.profiler.timing import F_GRAPH
-
-    flags = (report.get("stats") or {}).get("flags") or []
-    return {"cuda_graph": "on" if F_GRAPH in flags else "off"}
 
 
 class _TimeOp:
@@ -272,7 +263,7 @@ class _TimeOp:
                         res = self.box.get("res")
                         ok = bool(res and res[0].returncode == 0 and res[1].get("ok"))
                         if ok and partner is not None and not partner.done.is_set():
-                            partner.go_and_wait(_as_timed(res[1]))
+                            partner.go_and_wait(timed_as(res[1]))
                         if then is not None and ok:
                             then()
                 finally:

@@ -135,6 +135,16 @@ def _comparable_baseline(b: Any, cand: TimingStats) -> tuple[Any, Any]:
     return b.eager_nograph, b.compile_nograph or b.compile
 
 
+def timed_as(report: dict[str, Any]) -> dict[str, Any]:
+    """The timing settings a partner needs to be timed as the candidate of ``report`` was: CUDA
+    graph replays only if the candidate's samples were (the profiler times a candidate whose
+    graph does not redo its work without graphs)."""
+    from cuda_agent.profiler.timing import F_GRAPH
+
+    flags = (report.get("stats") or {}).get("flags") or []
+    return {"cuda_graph": "on" if F_GRAPH in flags else "off"}
+
+
 def _wants_baseline(cfg: SandboxConfig) -> bool:
     return cfg.timing and cfg.baselines
 
