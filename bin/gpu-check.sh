@@ -179,6 +179,11 @@ sec_kb-throughput() {  # issue 28: the fixed batch of real KernelBench work thro
   # KBT_TIMING: profiler timing settings (JSON) for our runs (default: the protocol's);
   # KBT_RUN_ARGS: more `kernelbench-eval run` flags (e.g. "--workers-per-gpu=4");
   # KBT_BASELINES_FROM: a profiler cache folder (kb_references.py's) whose baselines seed ours;
+  # the part "baselines" (first in KBT_PARTS) makes one: kb_references.py over the batch's tasks
+  # that can reach the device (eager and torch.compile, once per task, as a user runs it once per
+  # GPU), into $d/baselines/cache, which seeds the parts after it when KBT_BASELINES_FROM is
+  # unset; KBT_BASELINES_S (default 45% of the limit) bounds it, KBT_BASELINES_LIMIT: at most
+  # that many tasks (a rehearsal);
   # KBT_BACKEND=cpu rehearses the plumbing on a machine without a GPU
   local d=$1 lim=$2 B=packages/kernelbench-eval/benchmarks t0=$(date +%s) p
   local feed=${KBT_BATCH_S:-$(( lim * 40 / 100 ))} drain=${KBT_DRAIN_S:-$(( lim * 15 / 100 ))}
@@ -187,11 +192,23 @@ sec_kb-throughput() {  # issue 28: the fixed batch of real KernelBench work thro
   [ $(( feed + drain )) -gt $(( lim - 30 )) ] && drain=$(( lim - 30 - feed > 30 ? lim - 30 - feed : 30 ))
   local targ=(); [ -n "${KBT_TIMING:-}" ] && targ=("--run-arg=--timing-config=$KBT_TIMING")
   for p in ${KBT_RUN_ARGS:-}; do targ+=("--run-arg=$p"); done
-  [ -n "${KBT_BASELINES_FROM:-}" ] && targ+=(--baselines-from "$KBT_BASELINES_FROM")
+  local seed=${KBT_BASELINES_FROM:-}
+  [[ -z "$seed" && " $parts " == *" baselines "* ]] && seed=$d/baselines/cache
+  [ -n "$seed" ] && targ+=(--baselines-from "$seed")
   python3 $B/throughput_batch.py build -o "$d/batch.jsonl" --subset-output "$d/subset.jsonl" --min 0 \
-    --positive "${KBT_POSITIVE:-packages/kernelbench-eval/corpus/positive}" || return 1
+    --tasks-output "$d/tasks.jsonl" --positive "${KBT_POSITIVE:-packages/kernelbench-eval/corpus/positive}" || return 1
   for p in $parts; do
     case $p in
+      baselines)
+        local bs=${KBT_BASELINES_S:-$(( lim * 45 / 100 ))} dev=cuda
+        [ "${KBT_BACKEND:-cuda}" = cpu ] && dev=cpu
+        mkdir -p "$d/baselines/cache"
+        # stop starting tasks 60 s before its bound; those running then may still finish
+        CUDA_AGENT_CACHE=$d/baselines/cache timeout -k 10 "$bs" python3 $B/kb_references.py run \
+          --tasks "$d/tasks.jsonl" -o "$d/baselines/references.jsonl" --resume --jobs "${KBT_BASELINES_JOBS:-10}" \
+          --deadline-s $(( bs > 120 ? bs - 60 : bs / 2 )) --device "$dev" --no-trace-check \
+          ${KBT_BASELINES_LIMIT:+--limit "$KBT_BASELINES_LIMIT"} 2> "$d/baselines/log.txt"
+        say "kb-throughput: baselines rc=$? rows $(wc -l < "$d/baselines/references.jsonl" 2>/dev/null || echo 0) of $(wc -l < "$d/tasks.jsonl") tasks, $(ls "$d/baselines/cache/baselines" 2>/dev/null | wc -l) cached" ;;
       batch)
         python3 $B/throughput.py ours --batch "$d/batch.jsonl" --out "$d/batch" --gpus all --backend "${KBT_BACKEND:-cuda}" \
           --feed-s "$feed" --timeout-s $(( feed + drain )) "${targ[@]}"

@@ -1,18 +1,33 @@
 #!/usr/bin/env bash
-# Session 24's GPU calls, one per `run`, back to back on one warm machine; carry .whl and .gpu-data
-# (bin/prepare-gpu-data.sh, then mkdir -p .gpu-data/kb-run &&
-# cp docs/lab/session23/references-272.jsonl .gpu-data/kb-run/references.jsonl &&
-# tar xzf docs/lab/session23/baseline-cache.tgz -C .gpu-data/kb-run). COMMIT=<sha> CALL=R|BP|T.
-#   R:  the nine train-mode references left (session 21's CALL=R: the refs stage resumed)
-#   BP: issue 28's fixed batch, 8 device workers per GPU, the paired eager timer; run twice (two
-#       calls): each run's rate, and the honest candidates' speed-ups of the two runs (the 3% check)
+# Session 24's GPU calls and the next session's, one per `run`, back to back on one warm machine;
+# carry .whl and .gpu-data (bin/prepare-gpu-data.sh, then mkdir -p .gpu-data/kb-run &&
+# cp docs/lab/session24/references-281.jsonl .gpu-data/kb-run/references.jsonl &&
+# tar xzf docs/lab/session24/baseline-cache.tgz -C .gpu-data/kb-run). COMMIT=<sha> CALL=...
+#   R:  the nine train-mode references left (session 21's CALL=R: the refs stage resumed)  [done]
+#   BP: issue 28's fixed batch, 8 device workers per GPU, the paired eager timer, seeded from
+#       .gpu-data/kb-run/cache  [run in session 24: that cache held only 19 of the batch's 47
+#       device tasks, so every run measured baselines in-run and stalled behind them]
+#   BL: the next session's first call: the eager and torch.compile baselines of the batch's 47
+#       device tasks (kb_references.py over throughput_batch.py --tasks-output), nothing else;
+#       then here: tar xzf results.tgz -C /tmp/bl && mkdir -p .gpu-data/kbt &&
+#       cp -r /tmp/bl/kb-throughput/baselines/cache .gpu-data/kbt/cache (and commit a tgz of it)
+#   B:  the batch seeded from .gpu-data/kbt/cache (its run.json's baselines_cover must read 47
+#       of 47), 8 device workers, paired eager (the cuda default now); run twice (two calls):
+#       the rate, then `throughput.py compare` of the two runs' results (the 3% check)
 #   T:  the GPU tests not yet run: the paired eager's, then the multi-GB ReLU
 set -u
 T0=$(date +%s)
 left() { echo $(( ${DEADLINE_S:-585} - ($(date +%s) - T0) )); }
-case ${CALL:?CALL=R, BP or T} in
+case ${CALL:?CALL=R, BP, BL, B or T} in
   R) CALL=R DEADLINE_S=$(( $(left) - 5 )) bash docs/lab/session21/next.sh ;;
   BP) CALL=BP DEADLINE_S=$(( $(left) - 5 )) bash docs/lab/session23/next.sh ;;
+  BL)
+    KBT_PARTS="baselines" KBT_BASELINES_S=$(( $(left) - 40 )) DEADLINE_S=$(( $(left) - 5 )) \
+      LANE0="kb-throughput" bash bin/gpu-check.sh ;;
+  B)
+    KBT_PARTS="batch" KBT_BASELINES_FROM=.gpu-data/kbt/cache KBT_RUN_ARGS="--workers-per-gpu=8" \
+      KBT_BATCH_S=${KBT_BATCH_S:-400} KBT_DRAIN_S=${KBT_DRAIN_S:-140} DEADLINE_S=$(( $(left) - 5 )) \
+      LANE0="kb-throughput" bash bin/gpu-check.sh ;;
   T)
     mkdir -p "$OUT/t"
     . bin/gpu-env.sh
@@ -24,5 +39,5 @@ case ${CALL:?CALL=R, BP or T} in
         -p no:cacheprovider $t >> "$OUT/t/tests.txt" 2>&1; echo "[$t] rc=$?" >> "$OUT/t/tests.txt"
     done
     grep -E "PASSED|FAILED|ERROR|SKIPPED|rc=" "$OUT/t/tests.txt" | tail -40 ;;
-  *) echo "CALL=$CALL: R, BP or T" >&2; exit 2 ;;
+  *) echo "CALL=$CALL: R, BP, BL, B or T" >&2; exit 2 ;;
 esac

@@ -269,6 +269,18 @@ def subset_in_order(cands: list[Candidate]) -> list[Candidate]:
     return sorted(sub, key=lambda c: order[c.meta["bench"]["id"]])
 
 
+def device_tasks(cands: list[Candidate]) -> list[Task]:
+    """The batch's tasks whose candidates can reach the device, once each in batch order: every
+    source but CUDA-L1's lines (the default guard policy rejects all of them statically). Their
+    baselines, measured once beforehand (``kb_references.py run --tasks``), are what a user's
+    later runs reuse."""
+    seen: dict[str, Task] = {}
+    for c in cands:
+        if c.meta["bench"]["source"] != "cuda-l1":
+            seen.setdefault(c.task.id, c.task)
+    return list(seen.values())
+
+
 def batch_sha256(cands: list[Candidate]) -> str:
     h = hashlib.sha256()
     for c in cands:
@@ -325,6 +337,11 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--subset-output", type=Path, help="also the KernelBench-harness subset")
     b.add_argument("--positive", type=Path, default=POSITIVE, help="positive corpus root")
     b.add_argument("--min", type=int, default=MIN_BATCH, help="exit 3 when fewer (default 100)")
+    b.add_argument(
+        "--tasks-output",
+        type=Path,
+        help="also the tasks that can reach the device (Task JSONL, for kb_references.py)",
+    )
     e = sub.add_parser("extract-cuda-l1", help="(re)write data/cuda_l1_subset.jsonl")
     e.add_argument("--src", type=Path, required=True)
     e.add_argument("--kernelbench", type=Path, help="KernelBench/ folder (problem names)")
@@ -343,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     subset = subset_in_order(cands)
     if a.subset_output:
         a.subset_output.write_bytes(b"".join(encode(c) for c in subset))
+    if a.tasks_output:
+        a.tasks_output.write_bytes(b"".join(encode(t) for t in device_tasks(cands)))
     count: dict[str, int] = {}
     for c in cands:
         count[c.meta["bench"]["source"]] = count.get(c.meta["bench"]["source"], 0) + 1

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 HERE = Path(__file__).parent
@@ -65,6 +66,13 @@ def test_batch_sources_order_and_subset(batch):
     exp = {c.meta["bench"]["id"]: c.meta["bench"]["expected"] for c in hacks}
     assert exp["hack/x_half_cuda"] == "ok" and exp["hack/x_side_stream"] == "guard_violation"
     assert all(c.meta["bench"]["expected_strict"] == "guard_violation" for c in hacks)
+    # the tasks whose baselines a run needs: those of the positive corpus and the hacks' L1/19,
+    # once each, none of CUDA-L1's (rejected before any device work)
+    dev = tb.device_tasks(batch)
+    assert len({t.id for t in dev}) == len(dev)
+    assert {t.id for t in dev} == {
+        c.task.id for c in batch if c.meta["bench"]["source"] in ("positive", "guards-hack")
+    }
     # fixed order (sha256 of the ids) and the same records every time
     assert ids == sorted(ids, key=tb._order_key)
     again = tb.build_batch(POSITIVE_ROOT)
@@ -550,13 +558,35 @@ def test_runner_concurrent_and_serial_cpu(tmp_path):
     # earlier references run seed the fresh cache
     seed = tmp_path / "refs-cache"
     (seed / "baselines").mkdir(parents=True)
-    (seed / "baselines" / "0123456789abcdef.json").write_text("{}")
+    (seed / "baselines" / "0123456789abcdef.json").write_text("{}")  # another run's: no task's
+    # the first fixture task's eager baseline, keyed as the cpu sandbox looks it up
+    from cuda_agent.profiler import PROTOCOL_VERSION
+    from cuda_agent.profiler.baseline import BaselineCache, device_name, task_hash, torch_version
+    from cuda_agent.records import Baseline, Candidate, TimingStats
+
+    task1 = msgspec.json.decode(lines[0], type=Candidate).task
+    key = BaselineCache.key(task_hash(task1), device_name("cpu"), torch_version(), "none", "cpu")
+    stats = TimingStats(median_ms=1.0, n=5)
+    BaselineCache(root=seed / "baselines").put(
+        key,
+        Baseline(
+            device=device_name("cpu"),
+            torch_version=torch_version(),
+            protocol_version=PROTOCOL_VERSION,
+            eager=stats,
+            compile_mode="none",
+            backend="cpu",
+        ),
+    )
     p = _ours(batch, tmp_path / "none", "--feed-s", "0", "--baselines-from", str(seed))
     assert p.returncode == 0, p.stderr
     info = json.loads(p.stdout)
-    assert info["fed"] == 0 and info["baselines_seeded"] == 1 and info["fresh_cache"]
+    assert info["fed"] == 0 and info["baselines_seeded"] == 2 and info["fresh_cache"]
+    # two files seeded, one of them this batch's: the run says it covers 1 of its 2 tasks
+    assert info["baselines_cover"] == {"tasks": 2, "seeded": 1, "by_source": {"fixture": "1/2"}}
+    assert "seeded baselines cover 1 of the 2 tasks" in p.stderr
     s = tp.summarize([], info)
-    assert "baselines of 1 tasks taken from an earlier references run" in tp.summary_md(s)
+    assert "for 1 of the 2 tasks that can reach the device" in tp.summary_md(s)
     # the user's own cache is not seeded: a clear refusal, nothing run
     p = _ours(batch, tmp_path / "warm", "--warm-cache", "--baselines-from", str(seed))
     assert p.returncode != 0 and "not with --warm-cache" in p.stderr

@@ -70,12 +70,13 @@ def test_a_candidate_that_fails_while_timed_ends_the_eager_timer_untimed(cache_d
     assert "did not time" in r.meta["eager_paired"]
 
 
-def test_off_by_default_and_says_nothing(cache_dir, scale_add_task):
-    assert SandboxConfig().paired_eager is False
-    cfg = _cfg(cache_dir).with_(paired_eager=False)
-    r = evaluate(kb_candidate(scale_add_task, HONEST), cfg)
-    assert r.status == Status.OK, r.message
-    assert "eager_paired" not in r.meta and "time_eager" not in r.meta["stages_s"]
+def test_off_by_default_on_the_cpu_backend_and_says_nothing(cache_dir, scale_add_task):
+    assert SandboxConfig().paired_eager is None  # on for cuda, off for cpu
+    for pe in (None, False):
+        cfg = _cfg(cache_dir).with_(paired_eager=pe)
+        r = evaluate(kb_candidate(scale_add_task, HONEST), cfg)
+        assert r.status == Status.OK, r.message
+        assert "eager_paired" not in r.meta and "time_eager" not in r.meta["stages_s"]
 
 
 @pytest.mark.gpu

@@ -209,7 +209,7 @@ def run(
             "max-autotune-no-cudagraphs | reduce-overhead (what speedup_vs_compile compares with)."
         ),
     ] = "default",
-    paired_eager: PairedEagerOpt = False,
+    paired_eager: PairedEagerOpt = None,
     ray_address: RayOpt = None,
     ray_workers: RayWorkersOpt = None,
     timing_cpus: TimingCpusOpt = "auto",

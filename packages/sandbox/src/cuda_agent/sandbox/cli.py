@@ -176,7 +176,7 @@ def eval_cmd(
     timing: TimingOpt = True,
     baselines: BaselinesOpt = True,
     baseline_compile_mode: BaselineCompileModeOpt = "default",
-    paired_eager: PairedEagerOpt = False,
+    paired_eager: PairedEagerOpt = None,
     timing_cpus: TimingCpusOpt = "auto",
     guard_policy: GuardPolicyOpt = "strict",
     compile_timeout: Annotated[float, typer.Option("--compile-timeout", help="Seconds.")] = 300.0,

@@ -58,14 +58,16 @@ class SandboxConfig:
     # torch.compile mode of that baseline (what speedup_vs_compile and the reward's compile bar
     # compare with): default | max-autotune | max-autotune-no-cudagraphs | reduce-overhead
     baseline_compile_mode: str = "default"
-    # paired eager (off by default until measured on the H200): the reference's eager program is
-    # timed again in the candidate's own exclusive hold, right after it, on the same input sets,
-    # by a trusted process started beside the candidate's timing process (it builds only once
-    # that one has ended, in the memory it freed); speedup_vs_eager divides that time instead of
-    # the cached baseline's (taken in another run, under other host and device load), so both
-    # sides see the same conditions. Where the eager timer fails, the cached baseline is used;
-    # meta.eager_paired says which. The compile baseline stays the cached one
-    paired_eager: bool = False
+    # paired eager (None: on for cuda, off for cpu): the reference's eager program is timed
+    # again in the candidate's own exclusive hold, right after it, on the same input sets, by a
+    # trusted process started beside the candidate's timing process (it builds only once that
+    # one has ended, in the memory it freed); speedup_vs_eager divides that time instead of the
+    # cached baseline's (taken in another run, under other host and device load), so both sides
+    # see the same conditions. Where the eager timer fails, the cached baseline is used;
+    # meta.eager_paired says which. The compile baseline stays the cached one. On the H200:
+    # about 0.4 s more of each candidate's exclusive hold; honest speed-ups of four runs within
+    # 0.8-3.3% (34% over the eager time of another run for a 0.08 ms program: docs/lab/session24)
+    paired_eager: bool | None = None
     # concurrency (SandboxPool): device workers per GPU; their reference and verification
     # processes overlap, anything timed holds the GPU alone (see ``gate``)
     workers_per_gpu: int = 2

@@ -1232,8 +1232,10 @@ class _Timed(NamedTuple):
 
 
 def _pairs_eager(p: Prepared) -> bool:
-    """Whether the eager program is timed again beside this candidate."""
-    return p.config.paired_eager and p.config.baselines
+    """Whether the eager program is timed again beside this candidate (``paired_eager``; unset:
+    on the cuda backend only)."""
+    on = p.config.paired_eager if p.config.paired_eager is not None else p.backend == "cuda"
+    return on and p.config.baselines
 
 
 def _time(

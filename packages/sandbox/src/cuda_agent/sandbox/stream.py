@@ -120,12 +120,12 @@ TimingCpusOpt = Annotated[
 
 
 PairedEagerOpt = Annotated[
-    bool,
+    bool | None,
     typer.Option(
         "--paired-eager/--no-paired-eager",
         help="Time the reference's eager program again right after each candidate, in its "
         "exclusive hold (a trusted process), and divide the speed-up over eager by that time "
-        "instead of the cached baseline's.",
+        "instead of the cached baseline's. Default: on for the cuda backend, off for cpu.",
     ),
 ]
 
