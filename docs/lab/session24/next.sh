@@ -14,7 +14,7 @@
 #   B:  the batch seeded from .gpu-data/kbt/cache (its run.json's baselines_cover must read 47
 #       of 47), 8 device workers, paired eager (the cuda default now); run twice (two calls):
 #       the rate, then `throughput.py compare` of the two runs' results (the 3% check)
-#   T:  the GPU tests not yet run: the paired eager's, then the multi-GB ReLU
+#   T:  the GPU tests not yet run: the multi-GB ReLU, the paired eager's (session 23's CALL=T)
 set -u
 T0=$(date +%s)
 left() { echo $(( ${DEADLINE_S:-585} - ($(date +%s) - T0) )); }
@@ -28,16 +28,6 @@ case ${CALL:?CALL=R, BP, BL, B or T} in
     KBT_PARTS="batch" KBT_BASELINES_FROM=.gpu-data/kbt/cache KBT_RUN_ARGS="--workers-per-gpu=8" \
       KBT_BATCH_S=${KBT_BATCH_S:-400} KBT_DRAIN_S=${KBT_DRAIN_S:-140} DEADLINE_S=$(( $(left) - 5 )) \
       LANE0="kb-throughput" bash bin/gpu-check.sh ;;
-  T)
-    mkdir -p "$OUT/t"
-    . bin/gpu-env.sh
-    for t in "packages/sandbox/tests/test_paired_eager.py" \
-             "packages/sandbox/tests/test_gpu_real.py -k test_multi_gb_relu_is_verified_on_the_device"; do
-      [ "$(left)" -lt 30 ] && break
-      # shellcheck disable=SC2086
-      timeout $(( $(left) < 300 ? $(left) - 10 : 300 )) python3 -m pytest -o addopts=--import-mode=importlib -x -v \
-        -p no:cacheprovider $t >> "$OUT/t/tests.txt" 2>&1; echo "[$t] rc=$?" >> "$OUT/t/tests.txt"
-    done
-    grep -E "PASSED|FAILED|ERROR|SKIPPED|rc=" "$OUT/t/tests.txt" | tail -40 ;;
+  T) CALL=T DEADLINE_S=$(( $(left) - 5 )) bash docs/lab/session23/next.sh ;;
   *) echo "CALL=$CALL: R, BP, BL, B or T" >&2; exit 2 ;;
 esac
