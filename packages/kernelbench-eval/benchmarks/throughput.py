@@ -235,48 +235,57 @@ def run_ours(
     return info
 
 
+def _compile_mode_of(backend: str, extra: list[str]) -> str | None:
+    """The torch.compile mode of the baselines a ``kernelbench-eval run`` with the flags
+    ``extra`` asks for (None: eager only, the cpu backend's default or
+    ``--no-compile-baseline``)."""
+    want_compile, mode = backend == "cuda", "default"
+    for i, a in enumerate(extra):
+        if a in ("--no-compile-baseline", "--compile-baseline"):
+            want_compile = a == "--compile-baseline"
+        elif a.startswith("--baseline-compile-mode="):
+            mode = a.split("=", 1)[1]
+        elif a == "--baseline-compile-mode" and i + 1 < len(extra):
+            mode = extra[i + 1]
+    return mode if want_compile else None
+
+
 def baseline_cover(
     lines: list[bytes], cache: Path, backend: str, extra: list[str]
 ) -> dict[str, Any]:
-    """How many of the batch's tasks that can reach the device (every source but CUDA-L1's
-    lines, which the default guard policy rejects before any device work) have a baseline in
-    ``cache``, looked up as the sandbox will in this environment: with the torch.compile mode
-    the run asks for (none on the cpu backend or with ``--no-compile-baseline``). Seeded files
-    that match no task, e.g. another run's, are not counted."""
+    """How many of the batch's tasks that can reach the device (``throughput_batch.device_tasks``)
+    have a baseline in ``cache``, looked up as the sandbox will in this environment: with the
+    torch.compile mode the run asks for. Seeded files that match no task, e.g. another run's,
+    are not counted."""
     import msgspec
 
     from cuda_agent.profiler.baseline import BaselineCache, cached_baseline
     from cuda_agent.records import Candidate
 
-    want_compile = backend == "cuda"
-    mode = "default"
-    for a in extra:
-        if a in ("--no-compile-baseline", "--compile-baseline"):
-            want_compile = a == "--compile-baseline"
-        elif a.startswith("--baseline-compile-mode="):
-            mode = a.split("=", 1)[1]
-    tasks: dict[str, tuple[Any, str]] = {}
-    for ln in lines:
-        c = msgspec.json.decode(ln, type=Candidate)
-        source = ((c.meta or {}).get("bench") or {}).get("source", "")
-        if source != "cuda-l1":
-            tasks.setdefault(c.task.id, (c.task, source))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from throughput_batch import device_tasks
+
+    cands = [msgspec.json.decode(ln, type=Candidate) for ln in lines]
+    source = {}
+    for c in cands:
+        source.setdefault(c.task.id, c.meta["bench"]["source"])
+    mode = _compile_mode_of(backend, extra)
     by_source: dict[str, list[int]] = {}
     seeded = 0
-    for task, source in tasks.values():
+    for task in device_tasks(cands):
         hit = cached_baseline(
             task,
             device="cuda" if backend == "cuda" else "cpu",
-            compile_mode=mode if want_compile else None,
+            compile_mode=mode,
             cache=BaselineCache(root=cache / "baselines"),
         )
-        row = by_source.setdefault(source, [0, 0])
+        row = by_source.setdefault(source[task.id], [0, 0])
         row[1] += 1
         if hit is not None:
             row[0] += 1
             seeded += 1
     return {
-        "tasks": len(tasks),
+        "tasks": sum(b for _, b in by_source.values()),
         "seeded": seeded,
         "by_source": {k: f"{a}/{b}" for k, (a, b) in sorted(by_source.items())},
     }

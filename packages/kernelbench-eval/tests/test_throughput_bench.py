@@ -590,3 +590,14 @@ def test_runner_concurrent_and_serial_cpu(tmp_path):
     # the user's own cache is not seeded: a clear refusal, nothing run
     p = _ours(batch, tmp_path / "warm", "--warm-cache", "--baselines-from", str(seed))
     assert p.returncode != 0 and "not with --warm-cache" in p.stderr
+
+
+def test_the_baselines_a_run_asks_for_follow_its_flags():
+    assert tp._compile_mode_of("cuda", []) == "default"
+    assert tp._compile_mode_of("cpu", []) is None
+    assert tp._compile_mode_of("cuda", ["--no-compile-baseline"]) is None
+    assert tp._compile_mode_of("cpu", ["--compile-baseline"]) == "default"
+    assert tp._compile_mode_of("cuda", ["--baseline-compile-mode=max-autotune"]) == "max-autotune"
+    assert tp._compile_mode_of("cuda", ["--baseline-compile-mode", "reduce-overhead"]) == (
+        "reduce-overhead"
+    )
