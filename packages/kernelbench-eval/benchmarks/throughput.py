@@ -228,11 +228,23 @@ def run_ours(
         "baselines_from": str(baselines_from) if baselines_from else None,
         "per_gpu_hour": per_gpu_hour(done, wall, n_gpus),
     }
+    if fresh_cache:  # the baselines (small JSON files) stay: --baselines-from OUT seeds a rerun
+        src = Path(env["CUDA_AGENT_CACHE"]) / "baselines"
+        info["baselines_kept"] = keep_baselines(src, out_dir / "baselines")
     if fresh_cache and os.environ.get("KBT_KEEP_CACHE") != "1":
         for d in ("cache-sandbox", "cache-profiler", "cache-inductor", "cache-triton"):  # GBs
             shutil.rmtree(out_dir / d, ignore_errors=True)
     _write_json(out_dir / "run.json", info)
     return info
+
+
+def keep_baselines(src: Path, dst: Path) -> int:
+    """Copy the profiler cache's baseline files from ``src`` into ``dst`` (created); returns how
+    many ``dst`` holds. What a fresh-cache run measured so survives its caches' removal."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.glob("*.json") if src.is_dir() else ():
+        shutil.copy2(f, dst / f.name)
+    return sum(1 for _ in dst.glob("*.json"))
 
 
 def _compile_mode_of(backend: str, extra: list[str]) -> str | None:

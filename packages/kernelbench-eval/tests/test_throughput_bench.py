@@ -585,6 +585,9 @@ def test_runner_concurrent_and_serial_cpu(tmp_path):
     # two files seeded, one of them this batch's: the run says it covers 1 of its 2 tasks
     assert info["baselines_cover"] == {"tasks": 2, "seeded": 1, "by_source": {"fixture": "1/2"}}
     assert "seeded baselines cover 1 of the 2 tasks" in p.stderr
+    # the run's baselines outlive its caches: its folder seeds the next run
+    assert info["baselines_kept"] == 2 and not (tmp_path / "none" / "cache-profiler").exists()
+    assert len(list((tmp_path / "none" / "baselines").glob("*.json"))) == 2
     s = tp.summarize([], info)
     assert "for 1 of the 2 tasks that can reach the device" in tp.summary_md(s)
     # the user's own cache is not seeded: a clear refusal, nothing run

@@ -114,6 +114,58 @@ def test_waiting_writer_blocks_new_readers():
     assert order.index("w out") < order.index("r2 in"), order
 
 
+def test_lengthy_shared_hold_lets_readers_in_beside_a_waiting_writer():
+    """While a lengthy shared hold (a baseline's torch.compile set-up) keeps a writer waiting,
+    ordinary shared requests go in beside it; a lengthy one waits; once the lengthy hold ends,
+    writer preference is back."""
+    g = DeviceGate("t")
+    order: list[str] = []
+    release_long, long_in = threading.Event(), threading.Event()
+    release_short = threading.Event()
+
+    def long_setup() -> None:
+        with g.shared(phase="baseline_setup", lengthy=True):
+            long_in.set()
+            release_long.wait(5)
+        order.append("long out")
+
+    def writer() -> None:
+        with g.exclusive():
+            order.append("w in")
+
+    def reader(tag: str, *, lengthy: bool = False, hold: threading.Event | None = None) -> None:
+        with g.shared(lengthy=lengthy):
+            order.append(f"{tag} in")
+            if hold is not None:
+                hold.wait(5)
+
+    t_long = threading.Thread(target=long_setup)
+    t_long.start()
+    assert long_in.wait(5)
+    tw = threading.Thread(target=writer)
+    tw.start()
+    assert _wait_until(lambda: g._writers_waiting == 1)
+    t_short = threading.Thread(target=reader, args=("short",), kwargs={"hold": release_short})
+    t_short.start()
+    assert _wait_until(lambda: "short in" in order)  # in beside the lengthy hold
+    t_long2 = threading.Thread(target=reader, args=("long2",), kwargs={"lengthy": True})
+    t_long2.start()
+    time.sleep(0.05)
+    assert "long2 in" not in order  # a lengthy request never passes a waiting writer
+    release_long.set()
+    assert _wait_until(lambda: "long out" in order)
+    t_late = threading.Thread(target=reader, args=("late",))
+    t_late.start()
+    time.sleep(0.05)
+    assert "late in" not in order and "w in" not in order  # the writer waits for "short" only
+    release_short.set()
+    for t in (t_long, tw, t_short, t_long2, t_late):
+        t.join(10)
+    assert order.index("w in") < order.index("late in"), order
+    assert order.index("w in") < order.index("long2 in"), order
+    assert g._lengthy == 0 and g._readers == 0
+
+
 def test_alone_waits_for_present_occupants_and_marks_overlap():
     g = DeviceGate("t")
     idle, solo = Occupant("idle"), Occupant("solo")

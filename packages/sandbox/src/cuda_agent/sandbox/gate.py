@@ -5,7 +5,12 @@ phases (reference outputs, candidate verification, the timing process's start-up
 **shared**: they may overlap with each other. Anything that is *timed* (the candidate's timing,
 baseline and speed-of-light measurements) holds it **exclusive**: nothing else holds the gate
 while it runs. The gate is writer-preferring: once an exclusive request waits, new shared requests
-wait behind it, so timing is never starved by a stream of verifications.
+wait behind it, so timing is never starved by a stream of verifications. One exception: a shared
+hold declared *lengthy* (a baseline's ``torch.compile`` set-up, tens of seconds) keeps any waiting
+exclusive request waiting anyway, so while one is held new (ordinary) shared requests are let in
+beside it; lengthy requests themselves wait behind a waiting exclusive one. An exclusive request
+so waits at most for the lengthy holds already granted plus the ordinary ones let in beside them,
+never for a stream: once the last lengthy hold ends, writer preference holds again.
 
 Besides holding the gate, a candidate can be *present* on the device without holding it (its
 timing process, built and idle, waiting for the exclusive section). Presence is what
@@ -176,6 +181,7 @@ class DeviceGate:
         self.host_lock = host_lock
         self._cond = threading.Condition(threading.Lock())
         self._readers = 0
+        self._lengthy = 0  # of the shared holds, those declared lengthy
         self._writer = False
         self._writers_waiting = 0
         self._present: dict[Occupant, int] = {}
@@ -216,21 +222,30 @@ class DeviceGate:
     # -- holds ------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def shared(self, occ: Occupant | None = None, phase: str = "") -> Iterator[None]:
-        """Hold the gate shared (others may hold it shared too; never while it is held or
-        wanted exclusive). ``occ`` is present while it holds."""
-        with self._hold(occ, phase, "shared", self._grant_shared, self._end_shared):
+    def shared(
+        self, occ: Occupant | None = None, phase: str = "", *, lengthy: bool = False
+    ) -> Iterator[None]:
+        """Hold the gate shared (others may hold it shared too; never while it is held
+        exclusive, nor while it is wanted exclusive unless a lengthy shared hold is in place).
+        ``lengthy``: this hold lasts long (see the module docstring); it always waits behind a
+        waiting exclusive request. ``occ`` is present while it holds."""
+        grant = functools.partial(self._grant_shared, lengthy=lengthy)
+        end = functools.partial(self._end_shared, lengthy=lengthy)
+        with self._hold(occ, phase, "shared", grant, end):
             yield
 
-    def _grant_shared(self, occ: Occupant | None) -> None:
-        """(Under the gate's lock.) Wait while it is held or wanted exclusive; hold it shared."""
-        while self._writer or self._writers_waiting:
+    def _grant_shared(self, occ: Occupant | None, *, lengthy: bool) -> None:
+        """(Under the gate's lock.) Wait while it is held exclusive, or wanted exclusive with no
+        lengthy hold in place (lengthy requests: with or without); hold it shared."""
+        while self._writer or (self._writers_waiting and (lengthy or not self._lengthy)):
             self._cond.wait()
         self._readers += 1
+        self._lengthy += lengthy
 
-    def _end_shared(self, occ: Occupant | None) -> None:
+    def _end_shared(self, occ: Occupant | None, *, lengthy: bool) -> None:
         with self._cond:
             self._readers -= 1
+            self._lengthy -= lengthy
             if occ is not None:
                 self._leave_locked(occ)
             self._cond.notify_all()

@@ -36,8 +36,10 @@ class _Turn:
     occ: Occupant
     held: bool = False
 
-    def shared(self, phase: str) -> Any:
-        return contextlib.nullcontext() if self.held else self.gate.shared(self.occ, phase)
+    def shared(self, phase: str, *, lengthy: bool = False) -> Any:
+        if self.held:
+            return contextlib.nullcontext()
+        return self.gate.shared(self.occ, phase, lengthy=lengthy)
 
     def exclusive(self, phase: str) -> Any:
         return contextlib.nullcontext() if self.held else self.gate.exclusive(self.occ, phase)

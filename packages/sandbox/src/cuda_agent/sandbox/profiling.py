@@ -264,7 +264,7 @@ def _baseline_locked(
         compile_mode=_compile_mode(cfg, want_compile),
         timeout_s=cfg.baseline_timeout_s,
         config=tc,
-        setup=lambda: turn.shared("baseline_setup"),
+        setup=lambda: turn.shared("baseline_setup", lengthy=True),  # torch.compile: tens of s
         hold=lambda: turn.exclusive("baseline"),
         env=_gpu_env(backend, gpu),
     )
