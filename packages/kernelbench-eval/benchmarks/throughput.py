@@ -107,7 +107,8 @@ def _run_fed(
     timeout_s: float | None,
 ) -> tuple[int, int | None, bool]:
     """Run ``cmd`` with ``lines`` fed on its stdin until ``feed_s`` after ``t0`` (it reads them
-    as its window frees up), killed (its whole process group) at ``timeout_s``. Returns lines
+    as its window frees up), killed (its whole process group) at ``timeout_s``, after a SIGUSR1
+    asked it for its state report (sandbox ``state_report``, in its stderr). Returns lines
     fed, exit status and whether it was killed."""
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stderr=log, env=env, start_new_session=True)
     fed = 0
@@ -132,6 +133,10 @@ def _run_fed(
         proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         killed = True
+        # what it was doing (its stderr, the sandbox's state report), then stop it
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGUSR1)
+            time.sleep(3)
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=20)

@@ -95,6 +95,10 @@ class Ledger:
         self._held: dict[str, int] = {}
         self.alone_wait_s = alone_wait_s
 
+    def state(self) -> dict[str, int]:
+        """Bytes reserved now per resource key (for a stall report; read without the lock)."""
+        return dict(self._held)
+
     @contextlib.contextmanager
     def reserve(
         self,
@@ -236,6 +240,10 @@ class ShareBudget:
         self._cond = threading.Condition()
         self._held: dict[str, float] = {}
         self.limit = limit
+
+    def state(self) -> dict[str, float]:
+        """The large shares held now per GPU (for a stall report; read without the lock)."""
+        return dict(self._held)
 
     @contextlib.contextmanager
     def hold(self, key: str, fraction: float) -> Iterator[float]:

@@ -492,9 +492,10 @@ def _device_halves(
         p.meta["queued_s"] = round(time.monotonic() - p.t0 - sum(p.stages.values()), 3)
         g = gate or device_gate(_domain(p.backend, gpu))
         share = _device_share(p, mem_fraction, gpu)
+        name = f"{p.candidate.task.name} {p.candidate.solution.id[:12]}"
         if share.alone:
             # it would fail under any share and be re-run alone: run it alone at once
-            occ = Occupant()
+            occ = Occupant(name)
             t = time.monotonic()
             with g.exclusive(occ, "alone", alone=True):
                 p.stages["alone_wait"] = time.monotonic() - t
@@ -502,7 +503,7 @@ def _device_halves(
             r.meta["ran_alone"] = f"{share.why} {g.name}"
             return r
         snapshot = (list(p.guards), dict(p.stages), dict(p.meta))
-        occ = Occupant()
+        occ = Occupant(name)
         t_first = time.monotonic()
         with _large_share(p, share, gpu):
             r = _device_half(p, gpu, slot, _Turn(g, occ), share.fraction)
@@ -532,7 +533,7 @@ def _device_halves(
             p.guards, p.stages, p.meta = list(snapshot[0]), dict(snapshot[1]), dict(snapshot[2])
             p.stages["first_run"] = t_first
             _reset_device_dirs(p, keep_reference=p.ref_state is not None)
-            occ2 = Occupant()
+            occ2 = Occupant(name)
             t = time.monotonic()
             with g.exclusive(occ2, "rerun_alone", alone=True):
                 p.stages["rerun_wait"] = time.monotonic() - t

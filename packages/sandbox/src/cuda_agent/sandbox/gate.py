@@ -185,6 +185,33 @@ class DeviceGate:
         self._writer = False
         self._writers_waiting = 0
         self._present: dict[Occupant, int] = {}
+        self._waiting: dict[int, tuple[str, str, str, float]] = {}  # id -> (occ, phase, mode, t)
+
+    def state(self) -> dict[str, Any]:
+        """A snapshot for a stall report (read without the gate's lock: it must not block on a
+        gate that is stuck): counts, who is present, what each present occupant holds now,
+        and who waits for which hold since how long."""
+        now = time.monotonic()
+        return {
+            "gate": self.name,
+            "readers": self._readers,
+            "lengthy": self._lengthy,
+            "writer": self._writer,
+            "writers_waiting": self._writers_waiting,
+            "present": [
+                {
+                    "occupant": o.name,
+                    "holding": [
+                        f"{r['mode']} {r['phase']}" for r in list(o.phases) if r.get("t1") is None
+                    ],
+                }
+                for o in list(self._present)
+            ],
+            "waiting": [
+                {"occupant": n, "phase": ph, "mode": m, "for_s": round(now - t, 1)}
+                for n, ph, m, t in list(self._waiting.values())
+            ],
+        }
 
     # -- presence ---------------------------------------------------------------------------
 
@@ -298,8 +325,13 @@ class DeviceGate:
         taking it fails) released before ``end(occ)`` gives the in-process hold back. The time
         waited for both and the hold itself are recorded on ``occ``."""
         t = time.monotonic()
+        token = object()
         with self._cond:
-            grant(occ)
+            self._waiting[id(token)] = (occ.name if occ else "", phase, mode, t)
+            try:
+                grant(occ)
+            finally:
+                del self._waiting[id(token)]
             if occ is not None:
                 self._enter_locked(occ)
         try:
@@ -355,6 +387,11 @@ def device_gate(domain: str) -> DeviceGate:
         if g is None:
             g = _GATES[domain] = DeviceGate(domain, host_lock=host_lock(domain))
         return g
+
+
+def gates_state() -> list[dict[str, Any]]:
+    """:meth:`DeviceGate.state` of every gate of this process (for a stall report)."""
+    return [g.state() for g in list(_GATES.values())]
 
 
 def gate_dir() -> Path | None:

@@ -10,6 +10,7 @@ import contextlib
 import os
 import sys
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from cuda_agent.records import Candidate, TimingStats
@@ -223,11 +224,12 @@ def _baseline(c: Candidate, cfg: SandboxConfig, backend: str, gpu: str | None, t
         hit = _cached_baseline(c, backend, gpu, device, _compile_mode(cfg, want_compile))
         if hit is not None:
             return hit
-        turn.enter()  # present (holding device memory) from set-up to the end of the timing
+        entered: list[bool] = []
         try:
-            return _baseline_locked(c, cfg, backend, gpu, device, want_compile, tc, turn)
+            return _baseline_locked(c, cfg, backend, gpu, device, want_compile, tc, turn, entered)
         finally:
-            turn.leave()
+            if entered:
+                turn.leave()
 
 
 def _cached_baseline(c: Candidate, backend: str, gpu: str | None, device: str, mode: str | None):
@@ -255,8 +257,19 @@ def _baseline_locked(
     want_compile: bool,
     tc: Any,
     turn: _Turn,
+    entered: list[bool],
 ):
     from cuda_agent.profiler.baseline import baseline_for_task
+
+    @contextlib.contextmanager
+    def setup() -> Iterator[None]:
+        # present (holding device memory) from the set-up's grant to the end of the timing:
+        # marked inside the hold, as the timing op does, so a present baseline never waits
+        # for a shared hold (an ``alone`` request waits for every present occupant to leave)
+        with turn.shared("baseline_setup", lengthy=True):  # torch.compile: tens of s
+            turn.enter()
+            entered.append(True)
+            yield
 
     return baseline_for_task(
         c.task,
@@ -264,7 +277,7 @@ def _baseline_locked(
         compile_mode=_compile_mode(cfg, want_compile),
         timeout_s=cfg.baseline_timeout_s,
         config=tc,
-        setup=lambda: turn.shared("baseline_setup", lengthy=True),  # torch.compile: tens of s
+        setup=setup,
         hold=lambda: turn.exclusive("baseline"),
         env=_gpu_env(backend, gpu),
     )

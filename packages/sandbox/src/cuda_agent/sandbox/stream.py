@@ -461,7 +461,11 @@ def evaluate_stream(
 ) -> EvalStats:
     """Evaluate the candidate stream ``flags`` ask for (:func:`eval_stream`) through the pool
     they ask for (:func:`open_pool`), the pool closed at the end; see those two for what is
-    guaranteed."""
+    guaranteed. ``kill -USR1`` of the process reports what its pool is doing
+    (:mod:`.state_report`)."""
+    from . import state_report
+
+    state_report.install()
     with open_pool(
         cfg,
         gpus=flags.gpus,
