@@ -114,3 +114,44 @@ def test_pointer_cache_is_caught_when_the_allocator_reuses_addresses() -> None:
         findings = g.finish()
         msgs = [f.message for f in findings if f.code == "G-CACHE"]
         assert any("cache keyed by pointer" in s for s in msgs), [f.code for f in findings]
+
+
+FINGERPRINT_PEAK = r"""
+import resource, sys, torch
+from cuda_agent.guards.runtime import fingerprint
+mb = int(sys.argv[1])
+x = torch.randn(mb * (1 << 20) // 4)
+x.add_(1.0)  # touched: its pages count before the measurement
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+fingerprint(x)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base) / mb)
+"""
+
+
+def test_fingerprint_peak_memory_is_a_slice_not_the_tensor() -> None:
+    # an int64 sum casts its input: over the whole tensor that was a temporary of twice its size
+    # (16 GiB for an 8 GiB KernelBench input: an honest reduction kernel ran out of its share)
+    r = subprocess.run(
+        [sys.executable, "-c", FINGERPRINT_PEAK, "512"], capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    peak = float(r.stdout.splitlines()[-1])
+    assert peak <= 0.5, f"fingerprint's peak is {peak:.2f} x the tensor's size (whole: 2.3)"
+
+
+def test_fingerprint_slices_give_the_whole_tensor_sums() -> None:
+    g = torch.Generator().manual_seed(0)
+    for n in (1, 2, 3, 7, 64, 1000, 4099):
+        x = torch.randn(n, generator=g)
+        w = x.view(torch.int32)
+        whole = (
+            int(w.sum(dtype=torch.int64)),
+            int(w[::7].sum(dtype=torch.int64)),
+            int(w[1::3].sum(dtype=torch.int64)),
+        )
+        for size in (1, 2, 5, 7, 64, 1 << 24):
+            assert runtime.fingerprint(x, slice_elements=size)[-3:] == whole, (n, size)
+    y = torch.randn(1000, generator=g)
+    z = y.clone()
+    z[999] += 1.0
+    assert runtime.fingerprint(y, slice_elements=64) != runtime.fingerprint(z, slice_elements=64)

@@ -169,3 +169,23 @@ def test_cpu_stats_have_no_gpu_or_clocks():
     assert s.gpu_uuid is None and s.sm_clock_mhz is None and s.mem_clock_mhz is None
     old = msgspec.json.decode(b'{"median_ms": 1.0, "n": 3}', type=TimingStats)
     assert old.gpu_uuid is None and old.sm_clock_mhz is None
+
+
+def test_output_checks_by_slices_match_the_whole_tensor() -> None:
+    # slice by slice (no float64 copy of a multi-GB output), the same verdicts as one slice
+    from cuda_agent.profiler.timing import _outputs_match
+
+    g = torch.Generator().manual_seed(0)
+    y = torch.randn(1000, generator=g) * 100
+    assert output_fingerprint(y, slice_elements=7) == output_fingerprint(y, slice_elements=7)
+    whole = output_fingerprint(y, slice_elements=1 << 24)
+    sliced = output_fingerprint(y, slice_elements=7)
+    assert sliced[2:] == whole[2:]
+    assert all(abs(a - b) <= 1e-9 * max(1.0, abs(b)) for a, b in zip(sliced, whole, strict=True))
+    cases = [y.clone(), y + 0.05, y + 1.0, y.clone(), y.clone()]
+    cases[3][500] = float("nan")
+    cases[4][999] *= 1.5
+    verdicts = [_outputs_match([c], [y], slice_elements=1 << 24) for c in cases]
+    assert verdicts == [True, True, False, False, False]
+    for size in (1, 7, 64):
+        assert [_outputs_match([c], [y], slice_elements=size) for c in cases] == verdicts

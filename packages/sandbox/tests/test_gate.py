@@ -194,3 +194,59 @@ def test_domains():
     assert domain_of("cuda", "1") == "cuda:1" and domain_of("cpu", None) == "host"
     assert device_gate("host") is device_gate("host")
     assert device_gate("cuda:0") is not device_gate("cuda:1")
+
+
+def test_present_occupant_gets_its_shared_hold_beside_a_waiting_alone_request():
+    """A baseline present on the device (its worker holds memory) asks for its set-up hold while
+    a re-run alone waits for every present occupant to leave: held back by writer preference,
+    the two waited for each other forever (the batch's stall on the H200, session 25)."""
+    g = DeviceGate("t")
+    baseline, rerun = Occupant("baseline"), Occupant("re-run alone")
+    order: list[str] = []
+    g.enter(baseline)
+
+    def alone() -> None:
+        with g.exclusive(rerun, "rerun_alone", alone=True):
+            order.append("alone in")
+
+    ta = threading.Thread(target=alone)
+    ta.start()
+    assert _wait_until(lambda: g._writers_waiting == 1)
+
+    def setup() -> None:
+        with g.shared(baseline, "baseline_setup", lengthy=True):
+            order.append("setup in")
+        g.leave(baseline)
+
+    ts = threading.Thread(target=setup)
+    ts.start()
+    ts.join(5)
+    ta.join(5)
+    assert not ts.is_alive() and not ta.is_alive(), "deadlock"
+    assert order == ["setup in", "alone in"]
+    # an occupant not present still waits behind the waiting writer
+    g2, stranger, done = DeviceGate("t2"), Occupant("new"), threading.Event()
+    g2.enter(baseline)
+
+    def alone2() -> None:
+        with g2.exclusive(rerun, alone=True):
+            order.append("alone2 in")
+            done.wait(5)
+
+    def late() -> None:
+        with g2.shared(stranger):
+            order.append("late in")
+
+    t2, t3 = threading.Thread(target=alone2), threading.Thread(target=late)
+    t2.start()
+    assert _wait_until(lambda: g2._writers_waiting == 1)
+    t3.start()
+    time.sleep(0.05)
+    assert "late in" not in order
+    g2.leave(baseline)
+    assert _wait_until(lambda: "alone2 in" in order)
+    assert "late in" not in order
+    done.set()
+    for t in (t2, t3):
+        t.join(5)
+    assert order[-2:] == ["alone2 in", "late in"]

@@ -26,6 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from cuda_agent.profiler import warm_kernel_trace
 from cuda_agent.records import GuardViolation
+from cuda_agent.records.nested import SLICE_ELEMENTS, flat_slices
 from cuda_agent.records.nested import leaves as flatten
 from cuda_agent.records.nested import tensor_leaves as tensors
 
@@ -36,9 +37,11 @@ from .opclass import HALF_DTYPE_NAMES, TORCH_NAMESPACES, base_name, classify
 # ----------------------------------------------------------------------------- helpers
 
 
-def fingerprint(t: torch.Tensor) -> tuple:
+def fingerprint(t: torch.Tensor, *, slice_elements: int = SLICE_ELEMENTS) -> tuple:
     """A content fingerprint computed on the tensor's device: shape, stride, dtype and three
-    integer sums over the raw bits (any single changed element changes it)."""
+    integer sums over the raw bits (any single changed element changes it). The sums run slice
+    by slice (``slice_elements`` words each): an int64 sum casts its input, and a whole-tensor
+    cast would double a multi-GB tensor's footprint."""
     meta = (tuple(t.shape), tuple(t.stride()), str(t.dtype), t.device.type)
     if t.numel() == 0:
         return meta + (0, 0, 0)
@@ -54,15 +57,19 @@ def fingerprint(t: torch.Tensor) -> tuple:
             w = b.view(torch.int16)
         else:
             w = b
-        # reductions only: no temporary as large as the tensor (the caching allocator's state
-        # is part of what is being checked)
-        s1 = int(w.sum(dtype=torch.int64))
-        s2 = int(w[::7].sum(dtype=torch.int64))
-        s3 = int(w[1::3].sum(dtype=torch.int64))
+        # per-slice reductions: no temporary as large as the tensor (the caching allocator's
+        # state is part of what is being checked); the same sums as over the whole tensor, the
+        # strided ones over the same global positions (0 mod 7, 1 mod 3)
+        acc = torch.zeros(3, dtype=torch.int64, device=w.device)
+        for start, part in flat_slices(w, slice_elements):
+            acc[0] += part.sum(dtype=torch.int64)
+            acc[1] += part[(-start) % 7 :: 7].sum(dtype=torch.int64)
+            acc[2] += part[(1 - start) % 3 :: 3].sum(dtype=torch.int64)
+        s1, s2, s3 = (int(v) for v in acc.tolist())
     return meta + (s1, s2, s3)
 
 
-COMPARE_CHUNK = 1 << 24  # elements per slice of :func:`same_output`'s float64 comparison
+COMPARE_CHUNK = SLICE_ELEMENTS  # elements per slice of :func:`same_output`'s float64 comparison
 
 
 def same_output(a: Any, b: Any, rtol: float = 1e-3) -> str | None:
@@ -100,9 +107,9 @@ def _slices_differ(x: torch.Tensor, y: torch.Tensor, rtol: float) -> str | None:
     nan_diff = 0
     diff = scale = 0.0
     any_finite = False
-    for s in range(0, x.numel(), COMPARE_CHUNK):
+    for s, part in flat_slices(y, COMPARE_CHUNK):
         xd = x[s : s + COMPARE_CHUNK].to(torch.float64)
-        yd = y[s : s + COMPARE_CHUNK].to(torch.float64)
+        yd = part.to(torch.float64)
         nx, ny = torch.isnan(xd), torch.isnan(yd)
         nan_diff += int((nx ^ ny).sum())
         if nan_diff:

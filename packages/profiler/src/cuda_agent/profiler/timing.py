@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from cuda_agent.records import TimingStats
-from cuda_agent.records.nested import tensor_leaves
+from cuda_agent.records.nested import SLICE_ELEMENTS, flat_slices, tensor_leaves
 
 from .config import PROTOCOL_VERSION, TimingConfig
 from .nvml import Sampler, nvml_index
@@ -75,8 +75,11 @@ def _tensor_type():
     return torch.Tensor
 
 
-def output_fingerprint(out: Any) -> tuple[float, ...] | None:
-    """A cheap fingerprint of the floating tensors in ``out`` (sum, abs-sum, first, last)."""
+def output_fingerprint(
+    out: Any, *, slice_elements: int = SLICE_ELEMENTS
+) -> tuple[float, ...] | None:
+    """A cheap fingerprint of the floating tensors in ``out`` (sum, abs-sum, first, last), the
+    float64 sums taken slice by slice (no float64 copy of a whole multi-GB output)."""
     import torch
 
     fp: list[float] = []
@@ -84,14 +87,13 @@ def output_fingerprint(out: Any) -> tuple[float, ...] | None:
         for t in tensor_leaves(out):
             if t.is_floating_point() and t.numel() > 0:
                 f = t.detach().reshape(-1)
-                fp.extend(
-                    [
-                        float(f.double().sum()),
-                        float(f.double().abs().sum()),
-                        float(f[0]),
-                        float(f[-1]),
-                    ]
-                )
+                acc = torch.zeros(2, dtype=torch.float64, device=f.device)
+                for _, part in flat_slices(f, slice_elements):
+                    p64 = part.double()
+                    acc[0] += p64.sum()
+                    acc[1] += p64.abs().sum()
+                total, abs_total = acc.tolist()
+                fp.extend([total, abs_total, float(f[0]), float(f[-1])])
     return tuple(fp) if fp else None
 
 
@@ -745,7 +747,10 @@ def _clone_tensors(out: Any) -> list[Any]:
     return [t.detach().clone() for t in tensor_leaves(out)]
 
 
-def _outputs_match(got: Any, expected: list[Any]) -> bool:
+def _outputs_match(got: Any, expected: list[Any], *, slice_elements: int = SLICE_ELEMENTS) -> bool:
+    """Whether ``got``'s tensors equal ``expected`` (NaN where NaN; floats within 1e-3 of each
+    other, relative to the largest finite magnitude of the expected tensor), compared in
+    float64 slice by slice (no float64 copy of a whole multi-GB output)."""
     import torch
 
     tensors = list(tensor_leaves(got))
@@ -758,13 +763,17 @@ def _outputs_match(got: Any, expected: list[Any]) -> bool:
             if not torch.equal(a, b):
                 return False
             continue
-        a64, b64 = a.double(), b.double()
-        if torch.isnan(a64).ne(torch.isnan(b64)).any():
-            return False
-        scale = float(b64.nan_to_num(0.0, 0.0, 0.0).abs().max()) if b64.numel() else 0.0
-        ok = torch.isclose(a64, b64, rtol=1e-3, atol=1e-3 * scale + 1e-6, equal_nan=True)
-        if not bool(ok.all()):
-            return False
+        fa, fb = a.reshape(-1), b.reshape(-1)
+        scale = 0.0
+        for _, part in flat_slices(fb, slice_elements):
+            scale = max(scale, float(part.double().nan_to_num(0.0, 0.0, 0.0).abs().max()))
+        for start, part in flat_slices(fb, slice_elements):
+            a64, b64 = fa[start : start + part.numel()].double(), part.double()
+            if torch.isnan(a64).ne(torch.isnan(b64)).any():
+                return False
+            ok = torch.isclose(a64, b64, rtol=1e-3, atol=1e-3 * scale + 1e-6, equal_nan=True)
+            if not bool(ok.all()):
+                return False
     return True
 
 

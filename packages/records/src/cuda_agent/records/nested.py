@@ -8,8 +8,14 @@ tensors apart (:func:`tensor_leaves`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
+
+#: Elements per slice of a whole-tensor computation that would otherwise make a temporary as
+#: large as the tensor (a cast to int64 or float64 doubles it: 16 GiB for KernelBench's 8 GiB
+#: reduction inputs, which made honest kernels fail under a GPU share). 2**24 elements: at
+#: most 128 MiB of float64 or int64 per slice.
+SLICE_ELEMENTS = 1 << 24
 
 
 def leaves(obj: Any) -> list[Any]:
@@ -38,3 +44,13 @@ def map_leaves(obj: Any, fn: Callable[[Any], Any]) -> Any:
     if isinstance(obj, dict):
         return {k: map_leaves(v, fn) for k, v in obj.items()}
     return fn(obj)
+
+
+def flat_slices(flat: Any, size: int = SLICE_ELEMENTS) -> Iterator[tuple[int, Any]]:
+    """``(start, flat[start:start + size])`` over a one-dimensional tensor, in order: views,
+    never copies, so a per-slice cast or float64 copy bounds the temporary to ``size``
+    elements."""
+    if size <= 0:
+        raise ValueError("size must be positive")
+    for start in range(0, flat.numel(), size):
+        yield start, flat[start : start + size]

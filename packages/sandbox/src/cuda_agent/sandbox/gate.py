@@ -10,7 +10,10 @@ hold declared *lengthy* (a baseline's ``torch.compile`` set-up, tens of seconds)
 exclusive request waiting anyway, so while one is held new (ordinary) shared requests are let in
 beside it; lengthy requests themselves wait behind a waiting exclusive one. An exclusive request
 so waits at most for the lengthy holds already granted plus the ordinary ones let in beside them,
-never for a stream: once the last lengthy hold ends, writer preference holds again.
+never for a stream: once the last lengthy hold ends, writer preference holds again. And a shared
+request of an occupant already present is never held back by waiting exclusive ones: it holds
+device memory, and an ``alone`` request waits for it to leave (held back, the two would wait for
+each other forever).
 
 Besides holding the gate, a candidate can be *present* on the device without holding it (its
 timing process, built and idle, waiting for the exclusive section). Presence is what
@@ -263,8 +266,12 @@ class DeviceGate:
 
     def _grant_shared(self, occ: Occupant | None, *, lengthy: bool) -> None:
         """(Under the gate's lock.) Wait while it is held exclusive, or wanted exclusive with no
-        lengthy hold in place (lengthy requests: with or without); hold it shared."""
-        while self._writer or (self._writers_waiting and (lengthy or not self._lengthy)):
+        lengthy hold in place (lengthy requests: with or without), unless ``occ`` is present
+        already; hold it shared."""
+        present = occ is not None and occ in self._present
+        while self._writer or (
+            self._writers_waiting and not present and (lengthy or not self._lengthy)
+        ):
             self._cond.wait()
         self._readers += 1
         self._lengthy += lengthy
