@@ -1785,11 +1785,14 @@ def _record_phases(
     torch`` and its ``wait_*`` phase, or part of them). ``gate_wait``: seconds the parent left
     out of the stage while the process waited for the device (the timing stage). ``life_s``:
     the seconds the op's process ran, for an op that is no stage of its own (the judge, which
-    spans verification and the comparison's tail). Informational only."""
+    spans verification and the comparison's tail). The process's peak memory goes into
+    ``meta["peak_memory_mb"][stage]``. Informational only."""
     if rep.get("warm"):
         p.meta.setdefault("warm_phases", []).append(stage)
     if rep.get("fork_server_error"):
         p.meta["fork_server_error"] = rep["fork_server_error"]
+    if isinstance(rep.get("peak_memory_mb"), dict):
+        p.meta.setdefault("peak_memory_mb", {})[stage] = rep["peak_memory_mb"]
     phases = rep.get("phases_s")
     total = life_s if life_s is not None else p.stages.get(stage)
     if not isinstance(phases, dict) or total is None:

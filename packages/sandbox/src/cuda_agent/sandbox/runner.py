@@ -892,6 +892,23 @@ OPS = {
 }
 
 
+def _peak_memory_mb() -> dict[str, float]:
+    """This process's peak memory in MiB: its host RSS and, where it used CUDA, what its
+    allocator held at most (allocated, reserved). Informational (the process may be the
+    candidate's): what sizes a task's share of the GPU from real work."""
+    import resource
+
+    peak = {"host_rss": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            peak["device_allocated"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+            peak["device_reserved"] = round(torch.cuda.max_memory_reserved() / 2**20, 1)
+    except Exception:  # noqa: BLE001 - a broken CUDA context: the host figure alone
+        pass
+    return peak
+
+
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
     report: dict[str, Any] = {"op": spec["op"], "ok": False, "t_import": T_IMPORT}
@@ -910,6 +927,7 @@ def main(argv: list[str]) -> int:
         }
         sys.stderr.write(tb[-6000:])
         code = 1
+    report["peak_memory_mb"] = _peak_memory_mb()
     try:
         Path(spec["report"]).write_text(json.dumps(report, default=str))
     except OSError as e:
