@@ -233,6 +233,8 @@ def run_ours(
         "baselines_from": str(baselines_from) if baselines_from else None,
         "per_gpu_hour": per_gpu_hour(done, wall, n_gpus),
     }
+    if killed:
+        info["state_at_kill"] = state_at_kill(out_dir / "run.stderr.txt")
     if fresh_cache:  # the baselines (small JSON files) stay: --baselines-from OUT seeds a rerun
         src = Path(env["CUDA_AGENT_CACHE"]) / "baselines"
         info["baselines_kept"] = keep_baselines(src, out_dir / "baselines")
@@ -241,6 +243,31 @@ def run_ours(
             shutil.rmtree(out_dir / d, ignore_errors=True)
     _write_json(out_dir / "run.json", info)
     return info
+
+
+def state_at_kill(stderr_path: Path) -> list[str] | None:
+    """The last sandbox state report in a run's stderr (asked for before the kill), one line per
+    gate: who held it and who waited for what, for how long; None without a report."""
+    report = None
+    with contextlib.suppress(OSError):
+        for line in stderr_path.read_text(errors="replace").splitlines():
+            if line.startswith('{"state_report"'):
+                with contextlib.suppress(json.JSONDecodeError):
+                    report = json.loads(line)["state_report"]
+    if not isinstance(report, dict):
+        return None
+    lines = []
+    for g in report.get("gates") or []:
+        held = "; ".join(
+            f"{o['occupant']} ({', '.join(o['holding']) or 'present'})" for o in g["present"]
+        )
+        waits = "; ".join(
+            f"{w['occupant']} {w['mode']} {w['phase']} {w['for_s']}s" for w in g["waiting"]
+        )
+        lines.append(f"{g['gate']}: holding: {held or 'none'}; waiting: {waits or 'none'}")
+    if report.get("large_shares"):
+        lines.append(f"large shares held: {report['large_shares']}")
+    return lines
 
 
 def keep_baselines(src: Path, dst: Path) -> int:
@@ -414,6 +441,9 @@ def summary_md(s: dict[str, Any]) -> str:
         "| --- | --- | --- | --- |",
         *[f"| {k} | {v['sum']} | {v['median']} | {v['n']} |" for k, v in s["stages_s"].items()],
     ]
+    if (s.get("run") or {}).get("state_at_kill"):
+        lines += ["", "At the kill (the sandbox's state report):", ""]
+        lines += [f"- {x}" for x in s["run"]["state_at_kill"]]
     if s["expected_missed"]:
         lines += ["", "Missed their expected verdict:", ""]
         lines += [

@@ -593,6 +593,12 @@ def test_runner_concurrent_and_serial_cpu(tmp_path):
     # the user's own cache is not seeded: a clear refusal, nothing run
     p = _ours(batch, tmp_path / "warm", "--warm-cache", "--baselines-from", str(seed))
     assert p.returncode != 0 and "not with --warm-cache" in p.stderr
+    # a run killed at its bound was asked for its state first: the report's gates in run.json
+    p = _ours(batch, tmp_path / "killed", "--warm-cache", "--timeout-s", "8")
+    info = json.loads(p.stdout)
+    assert info["killed"] and isinstance(info["state_at_kill"], list), (
+        p.stderr + (tmp_path / "killed" / "run.stderr.txt").read_text()[-3000:]
+    )
 
 
 def test_the_baselines_a_run_asks_for_follow_its_flags():
