@@ -5,7 +5,9 @@
 #       and no seeded baselines: every task's eager and torch.compile baselines measured in the
 #       run, as a new user's first run does (the gate's lengthy shared hold for their set-up);
 #       the run keeps them in kb-throughput/batch/baselines/; then here:
-#       mkdir -p .gpu-data/kbt && cp -r <results>/kb-throughput/batch/baselines .gpu-data/kbt/
+#       mkdir -p .gpu-data/kbt && tar xzf docs/lab/session25/baselines.tgz -C .gpu-data/kbt &&
+#       cp <results>/kb-throughput/batch/baselines/*.json .gpu-data/kbt/baselines/
+#       (a stalled run ends with its state report: run.json's state_at_kill, the summary's end)
 #   B:  the same batch seeded from .gpu-data/kbt (a user's second run), for the rate with
 #       baselines cached and `throughput.py compare` of BF's and B's results (the 3% check)
 #   KT: the KernelBench-harness subset (ours seeded from .gpu-data/kbt, then KernelBench's
