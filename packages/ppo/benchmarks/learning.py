@@ -456,6 +456,7 @@ steps = {steps}
 epochs = {o["ppo_epochs"]}
 minibatches = {o["minibatches"]}
 actor_lr = {o["actor_lr"]}
+actor_lr_warmup_steps = {o.get("actor_lr_warmup_steps", 0)}
 use_critic = false
 critic_free_baseline = {q(o["critic_free_baseline"])}
 kl_coef = {o["kl_coef"]}
@@ -586,6 +587,9 @@ def run(
     actor_lr: Annotated[
         float, typer.Option(help="PPO ppo.actor_lr (3e-5 broke the format).")
     ] = 1e-5,
+    actor_lr_warmup_steps: Annotated[
+        int, typer.Option(help="PPO ppo.actor_lr_warmup_steps (optimizer steps; 0: none).")
+    ] = 0,
     ppo_epochs: Annotated[int, typer.Option(help="PPO ppo.epochs.")] = 1,
     minibatches: Annotated[int, typer.Option(help="PPO ppo.minibatches.")] = 2,
     kl_coef: Annotated[float, typer.Option(help="PPO ppo.kl_coef (0: no reference model).")] = 0.05,

@@ -72,6 +72,19 @@ def test_critic_per_turn_resume_and_metrics(tmp_path, ppo_cfg, target_reward):
     assert len(trajs) == 16  # 2 steps x 2 tasks x 4 samples
 
 
+def test_actor_lr_warms_up_then_holds(tmp_path, ppo_cfg, target_reward):
+    """``ppo.actor_lr_warmup_steps`` optimizer steps of linear warm-up, then the LR is flat."""
+    from cuda_agent.agent.models import load_tokenizer, make_tiny_model
+
+    cfg = ppo_cfg(
+        use_critic=False, steps=3, epochs=1, minibatches=2, actor_lr=1e-3, actor_lr_warmup_steps=4
+    )
+    tiny = make_tiny_model(tmp_path / "run" / "tiny-actor", seed=cfg.train.seed)
+    hist = train(cfg, reward_fn=target_reward(load_tokenizer(tiny)))
+    # two optimizer steps per PPO step: the LR of the next step after 2, 4, 6 of them
+    assert [round(h["actor_lr"], 9) for h in hist] == [7.5e-4, 1e-3, 1e-3]
+
+
 def test_config_validation(tmp_path):
     p = tmp_path / "c.toml"
     p.write_text('[ppo]\nsteps = 3\n[rollout]\nmode = "single-turn"\n')
@@ -85,6 +98,9 @@ def test_config_validation(tmp_path):
         load_config(p)
     p.write_text('[rollout]\nmode = "three-turn"\n')
     with pytest.raises(ConfigError):
+        load_config(p)
+    p.write_text("[ppo]\nactor_lr_warmup_steps = -1\n")
+    with pytest.raises(ConfigError, match="actor_lr_warmup_steps"):
         load_config(p)
 
 

@@ -81,7 +81,11 @@ class PPOCfg(_Cfg):
     steps: int = 1  # PPO steps (rollout + update)
     epochs: int = 1  # K: passes over each step's samples
     minibatches: int = 1  # optimizer steps per epoch (samples split evenly)
-    actor_lr: float = 1e-6  # actor learning rate (constant)
+    actor_lr: float = 1e-6  # actor learning rate (constant after its warm-up)
+    # optimizer steps over which the actor's LR rises linearly to actor_lr (0: none). Adam's
+    # first steps move every weight by about the LR whatever the gradient: at 3e-5 one PPO step
+    # of 8 episodes broke SmolLM2-135M's tool-call format (docs/learning.md)
+    actor_lr_warmup_steps: int = 0
     critic_lr: float = 1e-5  # critic learning rate (constant)
     eps_low: float = 0.2  # the paper's asymmetric clip: ratio >= 1 - eps_low
     eps_high: float = 0.28  # and ratio <= 1 + eps_high
@@ -107,6 +111,10 @@ class PPOCfg(_Cfg):
     critic_free_baseline: Literal["step", "task"] = "step"
     per_turn_samples: bool = False  # train each turn as its own sample (prefix as context)
     micro_batch_tokens: int = 16384  # padded tokens per forward pass (memory vs speed)
+
+    def __post_init__(self) -> None:
+        if self.actor_lr_warmup_steps < 0:
+            raise ValueError(f"ppo.actor_lr_warmup_steps = {self.actor_lr_warmup_steps}: 0 or more")
 
 
 class TrainCfg(_Cfg):

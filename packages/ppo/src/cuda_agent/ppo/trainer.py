@@ -92,14 +92,16 @@ def task_order(n: int, seed: int, start: int, count: int) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- models
-def _train_config(cfg: PPOConfig, lr: float) -> Any:
-    """The options of one :class:`cuda_agent.training.trainer.Backend` (actor or critic):
-    constant LR, AdamW(0.9, 0.95), no weight decay, the PPO gradient clip."""
+def _train_config(cfg: PPOConfig, lr: float, warmup_steps: int = 0) -> Any:
+    """The options of one :class:`cuda_agent.training.trainer.Backend` (actor or critic): the
+    LR constant after ``warmup_steps`` optimizer steps of linear warm-up, AdamW(0.9, 0.95), no
+    weight decay, the PPO gradient clip."""
     from cuda_agent.training.trainer import TrainConfig
 
     return TrainConfig(
         out=Path(cfg.train.out),
         lr=lr,
+        warmup_steps=warmup_steps,
         min_lr_ratio=1.0,
         weight_decay=0.0,
         adam_betas=(0.9, 0.95),
@@ -384,7 +386,7 @@ def train(
 
     out = Path(cfg.train.out)
     out.mkdir(parents=True, exist_ok=True)
-    actor_tc = _train_config(cfg, cfg.ppo.actor_lr)
+    actor_tc = _train_config(cfg, cfg.ppo.actor_lr, cfg.ppo.actor_lr_warmup_steps)
     dist, device, bf16 = setup_distributed(actor_tc)
     backend_name = "deepspeed" if dist.deepspeed else "torch"
     tasks = load_records(cfg.data.tasks, Task)
@@ -716,6 +718,7 @@ def train(
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         metrics["train_s"] = time.monotonic() - t_train
+        metrics["actor_lr"] = actor_b.lr  # for the next optimizer step (its warm-up, then flat)
         metrics["step_s"] = time.monotonic() - t_step
         metrics["sandbox_time_share"] = metrics["sandbox_eval_s"] / max(metrics["step_s"], 1e-9)
         metrics["actor_updated"] = float(train_actor)
