@@ -593,12 +593,6 @@ def test_runner_concurrent_and_serial_cpu(tmp_path):
     # the user's own cache is not seeded: a clear refusal, nothing run
     p = _ours(batch, tmp_path / "warm", "--warm-cache", "--baselines-from", str(seed))
     assert p.returncode != 0 and "not with --warm-cache" in p.stderr
-    # a run killed at its bound was asked for its state first: the report's gates in run.json
-    p = _ours(batch, tmp_path / "killed", "--warm-cache", "--timeout-s", "8")
-    info = json.loads(p.stdout)
-    assert info["killed"] and isinstance(info["state_at_kill"], list), (
-        p.stderr + (tmp_path / "killed" / "run.stderr.txt").read_text()[-3000:]
-    )
 
 
 def test_the_baselines_a_run_asks_for_follow_its_flags():
@@ -610,3 +604,39 @@ def test_the_baselines_a_run_asks_for_follow_its_flags():
     assert tp._compile_mode_of("cuda", ["--baseline-compile-mode", "reduce-overhead"]) == (
         "reduce-overhead"
     )
+
+
+STALLED_RUN = r"""
+import threading, time
+from cuda_agent.sandbox import state_report
+from cuda_agent.sandbox.gate import Occupant, device_gate
+
+state_report.install()
+g = device_gate("host")
+
+def reader():
+    with g.shared(Occupant("slow reference"), "reference"):
+        time.sleep(600)
+
+threading.Thread(target=reader, daemon=True).start()
+time.sleep(600)
+"""
+
+
+def test_a_run_killed_at_its_bound_reports_its_state_first(tmp_path):
+    """``ours`` kills a run at its bound after asking it (SIGUSR1) for the sandbox's state
+    report: a real process holding a real gate, its stderr read back as run.json keeps it."""
+    import time
+
+    env = dict(os.environ, CUDA_AGENT_GATE_DIR="off")
+    log_path = tmp_path / "run.stderr.txt"
+    with open(log_path, "ab") as log:
+        fed, rc, killed = tp._run_fed(
+            [sys.executable, "-c", STALLED_RUN], env, [], log, time.time(), None, 6.0
+        )
+    assert killed and fed == 0
+    state = tp.state_at_kill(log_path)
+    assert state == ["host: holding: slow reference (shared reference); waiting: none"], (
+        log_path.read_text()[-3000:]
+    )
+    assert tp.state_at_kill(tmp_path / "missing.txt") is None
