@@ -407,8 +407,31 @@ def summarize(results: list[dict[str, Any]], run: dict[str, Any] | None = None) 
             for k, v in sorted(stages.items(), key=lambda kv: -sum(kv[1]))
         },
         "eval_seconds": {"sum": round(sum(seconds), 1), "median": _median(seconds)},
+        "memory_per_working_set": memory_per_working_set(results),
         "expected_missed": misses,
         "run": run,
+    }
+
+
+def memory_per_working_set(results: list[dict[str, Any]], min_mb: float = 256.0) -> dict:
+    """Per stage, each process's peak memory over its task's working set (inputs, outputs and
+    weights; ``meta.working_set_mb``), for tasks of at least ``min_mb`` (below, the CUDA context
+    and torch's own memory dominate): median and max of the device's reserved memory (what a
+    GPU share caps), else of the host RSS (the cpu backend), and how many results. What
+    ``admission.CANDIDATE_WORKING_SET_FACTOR`` should cover."""
+    ratios: dict[str, list[float]] = {}
+    for r in results:
+        meta = r.get("meta") or {}
+        ws = meta.get("working_set_mb")
+        if not isinstance(ws, int | float) or ws < min_mb:
+            continue
+        for stage, peak in (meta.get("peak_memory_mb") or {}).items():
+            v = peak.get("device_reserved", peak.get("host_rss"))
+            if isinstance(v, int | float):
+                ratios.setdefault(stage, []).append(v / ws)
+    return {
+        k: {"median": _median(v), "max": round(max(v), 2), "n": len(v)}
+        for k, v in sorted(ratios.items())
     }
 
 
@@ -441,6 +464,16 @@ def summary_md(s: dict[str, Any]) -> str:
         "| --- | --- | --- | --- |",
         *[f"| {k} | {v['sum']} | {v['median']} | {v['n']} |" for k, v in s["stages_s"].items()],
     ]
+    if s.get("memory_per_working_set"):
+        lines += [
+            "",
+            "| process | peak memory / working set, median | max | results |",
+            "| --- | --- | --- | --- |",
+            *[
+                f"| {k} | {v['median']} | {v['max']} | {v['n']} |"
+                for k, v in s["memory_per_working_set"].items()
+            ],
+        ]
     if (s.get("run") or {}).get("state_at_kill"):
         lines += ["", "At the kill (the sandbox's state report):", ""]
         lines += [f"- {x}" for x in s["run"]["state_at_kill"]]

@@ -217,6 +217,22 @@ def test_summary_rate_stages_and_expected(md_row):
     assert two_gpus["per_gpu_hour"] == 300.0
     md = tp.summary_md(s)
     assert "600.0 candidates per GPU-hour" in md and md_row(md, "compile", "40.0", "4.0", 10)
+    assert s["memory_per_working_set"] == {}  # no result says its memory
+    big = _res(11, "ok")
+    big["meta"]["working_set_mb"] = 1000.0
+    big["meta"]["peak_memory_mb"] = {
+        "verify": {"host_rss": 900.0, "device_allocated": 2000.0, "device_reserved": 3000.0},
+        "reference": {"host_rss": 1500.0},
+    }
+    small = _res(12, "ok")
+    small["meta"]["working_set_mb"] = 10.0  # the CUDA context dominates: left out
+    small["meta"]["peak_memory_mb"] = {"verify": {"device_reserved": 900.0}}
+    mem = tp.summarize([big, small], {"wall_s": 1.0})["memory_per_working_set"]
+    assert mem == {
+        "reference": {"median": 1.5, "max": 1.5, "n": 1},
+        "verify": {"median": 3.0, "max": 3.0, "n": 1},
+    }
+    assert md_row(tp.summary_md(tp.summarize([big], {"wall_s": 1.0})), "verify", "3.0", "3.0", 1)
     assert tp._matches("guard_violation:G-STREAM", _res(0, "guard_violation", guards=["G-STREAM"]))
     assert not tp._matches(
         "guard_violation:G-STREAM", _res(0, "guard_violation", guards=["G-CACHE"])

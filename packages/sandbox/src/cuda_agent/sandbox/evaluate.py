@@ -492,6 +492,10 @@ def _device_halves(
         p.meta["queued_s"] = round(time.monotonic() - p.t0 - sum(p.stages.values()), 3)
         g = gate or device_gate(_domain(p.backend, gpu))
         share = _device_share(p, mem_fraction, gpu)
+        w = _task_work(p.candidate)
+        if w is not None:  # beside meta.peak_memory_mb: what a task's processes hold per MiB
+            ws = w.input_bytes + w.output_bytes + w.param_bytes
+            p.meta["working_set_mb"] = round(ws / 2**20, 1)
         name = f"{p.candidate.task.name} {p.candidate.solution.id[:12]}"
         if share.alone:
             # it would fail under any share and be re-run alone: run it alone at once
