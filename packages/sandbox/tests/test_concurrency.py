@@ -85,9 +85,7 @@ def test_two_workers_time_alone_and_keep_verdicts(cache_dir, scale_add_task):
         during = sum(v for k, v in ph.items() if k != "before_stage") - before
         assert abs(during - ok.meta["stages_s"][stage]) < 0.01, ph
     assert ok.timing.candidate.median_ms > 0
-    # each process's peak memory, per stage (host RSS on the cpu backend), beside the task's
-    # working set (inputs, outputs, weights)
-    assert ok.meta["working_set_mb"] >= 0.0
+    # each process's peak memory, per stage (host RSS on the cpu backend)
     for stage in ("reference", "verify", "time", "judge"):
         assert ok.meta["peak_memory_mb"][stage]["host_rss"] > 10, ok.meta["peak_memory_mb"]
     # nothing of any other candidate overlapped anything held exclusive

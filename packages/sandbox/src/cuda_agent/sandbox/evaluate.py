@@ -492,10 +492,6 @@ def _device_halves(
         p.meta["queued_s"] = round(time.monotonic() - p.t0 - sum(p.stages.values()), 3)
         g = gate or device_gate(_domain(p.backend, gpu))
         share = _device_share(p, mem_fraction, gpu)
-        w = _task_work(p.candidate)
-        if w is not None:  # beside meta.peak_memory_mb: what a task's processes hold per MiB
-            ws = w.input_bytes + w.output_bytes + w.param_bytes
-            p.meta["working_set_mb"] = round(ws / 2**20, 1)
         name = f"{p.candidate.task.name} {p.candidate.solution.id[:12]}"
         if share.alone:
             # it would fail under any share and be re-run alone: run it alone at once
@@ -558,7 +554,7 @@ def _device_halves(
 def _device_share(p: Prepared, mem_fraction: float | None, gpu: str | None) -> admission.Share:
     """How the task's working set (inputs, outputs, weights) uses its GPU next to the other
     workers' candidates (``admission.device_share``); unknown: the even share, as before (a
-    memory failure is re-run alone)."""
+    memory failure is re-run alone). The working set goes into ``meta.working_set_mb``."""
     if p.backend != "cuda" or mem_fraction is None:
         return admission.Share(mem_fraction)
     w = _task_work(p.candidate)
@@ -566,6 +562,7 @@ def _device_share(p: Prepared, mem_fraction: float | None, gpu: str | None) -> a
         return admission.Share(mem_fraction)
     total = admission.gpu_total(_gpu_index(p.backend, gpu))
     ws = w.input_bytes + w.output_bytes + w.param_bytes
+    p.meta["working_set_mb"] = round(ws / 2**20, 1)  # beside meta.peak_memory_mb
     return admission.device_share(ws, mem_fraction, total)
 
 
