@@ -82,9 +82,9 @@ class PPOCfg(_Cfg):
     epochs: int = 1  # K: passes over each step's samples
     minibatches: int = 1  # optimizer steps per epoch (samples split evenly)
     actor_lr: float = 1e-6  # actor learning rate (constant after its warm-up)
-    # optimizer steps over which the actor's LR rises linearly to actor_lr (0: none). Adam's
-    # first steps move every weight by about the LR whatever the gradient: at 3e-5 one PPO step
-    # of 8 episodes broke SmolLM2-135M's tool-call format (docs/learning.md)
+    # optimizer steps over which the actor's LR rises linearly to actor_lr (0: none): Adam's
+    # first steps move every weight by about the LR whatever the gradient. On SmolLM2-135M at
+    # 3e-5 it delayed the break of its kernels by two PPO steps, no more (docs/learning.md)
     actor_lr_warmup_steps: int = 0
     critic_lr: float = 1e-5  # critic learning rate (constant)
     eps_low: float = 0.2  # the paper's asymmetric clip: ratio >= 1 - eps_low
