@@ -556,6 +556,58 @@ def run_seed(work: Path, seed: int, actor: Path, train: Path, held: Path, o: dic
             _log(f"seed {seed}: PPO step {step} evaluated already")
 
 
+def run_seeds_in_processes(work: Path, starts: dict[int, Path], jobs: int) -> None:
+    """Each seed's PPO (``run_seed``) in its own ``seed`` process, ``jobs`` at a time, its output
+    in ``WORK/seed-N/run.log``; a seed whose process fails stops the benchmark once the others
+    have ended (their finished stages stay done for the next invocation)."""
+    pending = list(starts.items())
+    running: dict[int, tuple[subprocess.Popen, Path, float]] = {}
+    failed: list[str] = []
+    while pending or running:
+        while pending and len(running) < jobs:
+            s, actor = pending.pop(0)
+            log = work / f"seed-{s}" / "run.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            cmd = [sys.executable, str(Path(__file__).resolve()), "seed", "--work", str(work)]
+            cmd += ["--seed", str(s), "--actor", str(actor)]
+            with log.open("a") as f:
+                running[s] = (
+                    subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT),
+                    log,
+                    time.monotonic(),
+                )
+            _log(f"seed {s}: started (log {log})")
+        time.sleep(1.0)
+        for s, (proc, log, t1) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            del running[s]
+            _log(f"seed {s}: rc {proc.returncode} after {time.monotonic() - t1:.0f}s")
+            if proc.returncode != 0:
+                failed.append(f"seed {s} (rc {proc.returncode}, see {log})")
+    if failed:
+        raise SystemExit("failed: " + "; ".join(failed))
+
+
+@app.command(hidden=True)
+def seed(
+    work: Annotated[Path, typer.Option(help="The run's work directory (its args.json).")],
+    seed: Annotated[int, typer.Option(help="The seed whose PPO to run.")],
+    actor: Annotated[Path, typer.Option(help="The PPO start (an RFT actor).")],
+) -> None:
+    """One seed's PPO and held-out evaluations, with the options ``run`` saved in args.json
+    (what ``run --jobs N`` starts per seed)."""
+    import torch
+
+    torch.set_num_threads(THREADS)
+    o = json.loads((work / "args.json").read_text())
+    train, held = work / "tasks" / "train.jsonl", work / "tasks" / "heldout.jsonl"
+    ecfg = _episode_config(o["max_turns"], o["max_new_tokens"], o["max_context"])
+    t1 = time.monotonic()
+    run_seed(work, seed, actor, train, held, o, ecfg)
+    _log(f"seed {seed} done in {time.monotonic() - t1:.0f}s")
+
+
 @app.command()
 def run(
     work: Annotated[
@@ -616,6 +668,14 @@ def run(
             "still built and rewarded by the cpu sandbox backend, so the rewards are the same)."
         ),
     ] = "cpu",
+    jobs: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Seeds whose PPO runs at once, each in its own process (a GPU has room for "
+            "several 135M models; on a 2-core CPU keep 1).",
+        ),
+    ] = 1,
 ) -> None:
     """Run (or continue) the benchmark: tasks, cold start, base eval, then RFT and PPO per seed."""
     import torch
@@ -634,10 +694,14 @@ def run(
     actors: dict[int, Path] = {}
     for s in seed_list(seeds)[:1] if shared_rft else seed_list(seeds):
         actors[s] = run_rft(work, s, kept, held, o, ecfg)
-    for s in seed_list(seeds):
-        t1 = time.monotonic()
-        run_seed(work, s, actors.get(s, actors[min(actors)]), train, held, o, ecfg)
-        _log(f"seed {s} done in {time.monotonic() - t1:.0f}s")
+    starts = {s: actors.get(s, actors[min(actors)]) for s in seed_list(seeds)}
+    if jobs > 1 and len(starts) > 1:
+        run_seeds_in_processes(work, starts, jobs)
+    else:
+        for s, actor in starts.items():
+            t1 = time.monotonic()
+            run_seed(work, s, actor, train, held, o, ecfg)
+            _log(f"seed {s} done in {time.monotonic() - t1:.0f}s")
     if not skip_base:
         ev = dict(
             ecfg=ecfg,

@@ -120,3 +120,16 @@ def test_end_to_end_tiny_and_resume(L, tmp_path):
     assert r.exit_code == 0, r.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["acceptance"]["seeds"] == [0] and (out / "learning.png").stat().st_size > 0
+    # a second seed in its own process (--jobs): it starts from the shared RFT actor, seed 0
+    # is found done; the subprocess's output is in the seed's run.log
+    r = CliRunner().invoke(L.app, [*args[:4], "0,1", *args[5:], "--jobs", "2"])
+    assert r.exit_code == 0, r.output + str(r.exception)
+    rows = L.load_results(work)
+    assert sorted((x.stage, x.seed, x.ppo_step) for x in rows) == [
+        ("base", 0, 0),
+        ("ppo", 0, 1),
+        ("ppo", 1, 1),
+        ("rft", 0, 0),
+    ]
+    assert "seed 1 done" in (work / "seed-1" / "run.log").read_text()
+    assert not (work / "rft-1").exists()
