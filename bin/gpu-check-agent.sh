@@ -3,6 +3,8 @@
 # the GPU machine; writes agent_gpu.json, trajectories and logs under $OUT/agent (default
 # ./gpu-out/agent). BUDGET_S (default 200) bounds the whole run; partial JSON is kept.
 #   device: run(command="bash bin/gpu-check-agent.sh", carry=[".whl"])
+#   32 scripted episodes at once vs 4 one at a time (episodes per hour, ratio):
+#     SECTIONS=concurrent CONCURRENT=32 SERIAL=4 bash bin/gpu-check-agent.sh
 #   cpu rehearsal here: BACKEND=cpu EPISODES=2 MAX_TURNS=2 MAX_NEW_TOKENS=32 bash bin/gpu-check-agent.sh
 set -u
 OUT=${OUT:-$PWD/gpu-out}

@@ -12,9 +12,14 @@ results are saved after each):
             kernelbench-eval fixture tasks with real sandbox evaluation: episodes per hour,
             where the time goes (generate / tools / eval), peak GPU memory.
 
+  concurrent  CONCURRENT (32) scripted episodes at once (one EpisodeRunner: tools of different
+            episodes in parallel, final evaluations through one pool) against SERIAL (4) run one
+            at a time with tool_workers=1, in the same call: episodes per hour and the ratio
+            (issue #29's goal: 5x). Only when SECTIONS names it.
+
 Usage: python gpu_check.py [OUT_DIR] [BUDGET_S]
 Env: BACKEND=cuda|cpu (default cuda), SECTIONS=scripted,tiny, EPISODES (8), MAX_TURNS (4),
-MAX_NEW_TOKENS (256), DEVICE (cuda when BACKEND=cuda, else cpu), PROFILE=1 (the scripted episode
+MAX_NEW_TOKENS (256), CONCURRENT (32), SERIAL (4), DEVICE (cuda when BACKEND=cuda, else cpu), PROFILE=1 (the scripted episode
 also runs utils/profile.py).
 """
 
@@ -212,6 +217,84 @@ def section_scripted(tok) -> None:
     save()
 
 
+class UniqueSourcesScript:
+    """The scripted turns, with each episode's C++/CUDA sources made unique by a comment (as
+    different episodes' kernels are in training), so that no episode's compile is a cache hit."""
+
+    def __init__(self, tokenizer, files: dict[str, str], run: str):
+        self.tokenizer, self.name, self.files, self.run = tokenizer, "scripted", files, run
+        self._by_key: dict = {}
+
+    def generate(self, contexts, max_new_tokens, keys=None):
+        from cuda_agent.agent.policy import ScriptedPolicy
+
+        out = []
+        for i, ctx in enumerate(contexts):
+            key = keys[i] if keys is not None else i
+            if key not in self._by_key:
+                mark = f"\n// episode {self.run}-{key}\n"
+                files = {
+                    p: t + mark if p.endswith((".cu", ".cpp")) else t for p, t in self.files.items()
+                }
+                self._by_key[key] = ScriptedPolicy(self.tokenizer, script(files))
+            out += self._by_key[key].generate([ctx], max_new_tokens, keys=[0])
+        return out
+
+
+def section_concurrent(tok) -> None:
+    """CONCURRENT (32) scripted episodes in one ``EpisodeRunner`` (tools of different episodes
+    in parallel, final evaluations through one pool) against SERIAL (4) episodes run one at a
+    time with ``tool_workers=1`` (the serial path), in the same call: episodes per hour each."""
+    from cuda_agent.agent.episode import EpisodeConfig, EpisodeRunner
+
+    n = int(os.environ.get("CONCURRENT", "32"))
+    n_serial = int(os.environ.get("SERIAL", "4"))
+    task, files = scripted_task_and_files()
+    out: dict = {"task": task.name, "backend": BACKEND, "unique_sources": True}
+    REPORT["concurrent"] = out
+
+    def episodes(jobs: list, tool_workers: int, run: str) -> tuple[list, float]:
+        ws = Path(tempfile.mkdtemp(prefix="agent-concurrent-"))
+        ws.chmod(0o755)
+        cfg = EpisodeConfig(max_turns=10, tool_workers=tool_workers, bash_timeout=300.0)
+        policy = UniqueSourcesScript(tok, files, run)
+        t = time.monotonic()
+        with env_for(ws) as env:
+            trs = EpisodeRunner(policy, env, cfg, ws).run(jobs)
+        return trs, time.monotonic() - t
+
+    def summary(trs: list, wall: float) -> dict:
+        return {
+            "episodes": len(trs),
+            "wall_s": round(wall, 1),
+            "episodes_per_hour": round(3600 * len(trs) / wall, 1),
+            "solved": sum(bool(t.reward is not None and t.reward >= 1.0) for t in trs),
+            "statuses": sorted(
+                {(t.eval_result.status if t.eval_result else t.stop_reason) for t in trs}
+            ),
+        }
+
+    serial_trs, serial_wall = [], 0.0
+    for k in range(n_serial):
+        if left() < 60:
+            break
+        trs, wall = episodes([(task, k)], 1, f"serial{k}")
+        serial_trs += trs
+        serial_wall += wall
+    if serial_trs:
+        out["serial"] = summary(serial_trs, serial_wall)
+        log(f"concurrent: serial {out['serial']}")
+    save()
+    trs, wall = episodes([(task, k) for k in range(n)], min(n, 16), "concurrent")
+    out["concurrent"] = summary(trs, wall)
+    if serial_trs:
+        out["ratio"] = round(
+            out["concurrent"]["episodes_per_hour"] / out["serial"]["episodes_per_hour"], 2
+        )
+    log(f"concurrent: {out['concurrent']}, ratio {out.get('ratio')}")
+    save()
+
+
 class MemSampler:
     """Peak device memory in use (all processes, NVML) sampled every 50 ms."""
 
@@ -354,6 +437,7 @@ def main() -> None:
     # tiny first: short and predictable; the scripted episode (cold nvcc build, torch.compile
     # baseline) then has the rest of the budget
     plan = [("tiny", section_tiny, 30), ("scripted", lambda: section_scripted(tok), 60)]
+    plan.append(("concurrent", lambda: section_concurrent(tok), 120))
     for name, fn, need in plan:
         if name not in SECTIONS:
             continue
