@@ -294,12 +294,17 @@ def _episode_config(max_turns: int, max_new_tokens: int, max_context: int):
     )
 
 
+def task_paths(work: Path) -> tuple[Path, Path]:
+    """The train and held-out task files of a run's work directory."""
+    return work / "tasks" / "train.jsonl", work / "tasks" / "heldout.jsonl"
+
+
 def _write_tasks(work: Path, specs: list[SpecTask]) -> tuple[Path, Path]:
     from cuda_agent.records import RecordWriter, Task
 
-    d = work / "tasks"
+    train, held = task_paths(work)
+    d = train.parent
     d.mkdir(parents=True, exist_ok=True)
-    train, held = d / "train.jsonl", d / "heldout.jsonl"
     if not (train.exists() and held.exists()):
         for path, want in ((train, False), (held, True)):
             tmp = path.with_suffix(".tmp")
@@ -541,6 +546,7 @@ def run_seed(work: Path, seed: int, actor: Path, train: Path, held: Path, o: dic
     ev["timing"] = o["timing"]
     ppo = d / "ppo"
     cfg = d / "ppo.toml"
+    t0 = time.monotonic()
     step = 0
     while step < o["ppo_steps"]:
         step = min(step + o["eval_every"], o["ppo_steps"])
@@ -554,6 +560,7 @@ def run_seed(work: Path, seed: int, actor: Path, train: Path, held: Path, o: dic
             )
         else:
             _log(f"seed {seed}: PPO step {step} evaluated already")
+    _log(f"seed {seed} done in {time.monotonic() - t0:.0f}s")
 
 
 def run_seeds_in_processes(work: Path, starts: dict[int, Path], jobs: int) -> None:
@@ -601,11 +608,9 @@ def seed(
 
     torch.set_num_threads(THREADS)
     o = json.loads((work / "args.json").read_text())
-    train, held = work / "tasks" / "train.jsonl", work / "tasks" / "heldout.jsonl"
+    train, held = task_paths(work)
     ecfg = _episode_config(o["max_turns"], o["max_new_tokens"], o["max_context"])
-    t1 = time.monotonic()
     run_seed(work, seed, actor, train, held, o, ecfg)
-    _log(f"seed {seed} done in {time.monotonic() - t1:.0f}s")
 
 
 @app.command()
@@ -699,9 +704,7 @@ def run(
         run_seeds_in_processes(work, starts, jobs)
     else:
         for s, actor in starts.items():
-            t1 = time.monotonic()
             run_seed(work, s, actor, train, held, o, ecfg)
-            _log(f"seed {s} done in {time.monotonic() - t1:.0f}s")
     if not skip_base:
         ev = dict(
             ecfg=ecfg,
