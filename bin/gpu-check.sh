@@ -16,6 +16,7 @@
 #   B_ONLY_INLINE=1 B_INLINE_ROUNDS=3 LANE0="sandbox-b" bash bin/gpu-check.sh          # cold load_inline pairs
 #   LANE0="kb-throughput" bash bin/gpu-check.sh   # evaluator throughput on real KernelBench work vs KernelBench's harness
 #   LANE0="kb-throughput-serial" KBT_CONCURRENT_FROM=.gpu-data/kbt/results.jsonl bash bin/gpu-check.sh  # serial comparison
+#   KBT_PARTS="batch service" KBT_BATCH_S=150 KBT_DRAIN_S=60 LANE0="kb-throughput" bash bin/gpu-check.sh  # the batch through the service vs the local pool
 #
 # Lanes run in parallel, each pinned to one GPU (LANE0 on GPU 0, LANE1 on GPU 1) unless its
 # sections need every GPU (sandbox-d2, ppo-multi); sections of a lane run in order, each under its
@@ -184,6 +185,12 @@ sec_kb-throughput() {  # issue 28: the fixed batch of real KernelBench work thro
   # GPU), into $d/baselines/cache, which seeds the parts after it when KBT_BASELINES_FROM is
   # unset; KBT_BASELINES_S (default 45% of the limit) bounds it, KBT_BASELINES_LIMIT: at most
   # that many tasks (a rehearsal);
+  # the part "service" sends the batch through the kernel service (`python -m cuda_agent.service
+  # serve` on every GPU, KBT_SERVICE_CLIENTS client threads, default 16) into $d/service with the
+  # same fresh caches, seeding and budget (KBT_BATCH_S + KBT_DRAIN_S, its own: with "batch
+  # service" both fit in the limit) as "batch", then compares its verdicts with $d/batch's and
+  # summarises it (each request's overhead over the evaluation in $d/service/run.json);
+  # KBT_SERVE_ARGS: more `service serve` flags (KBT_TIMING goes in as --sandbox-config);
   # KBT_BACKEND=cpu rehearses the plumbing on a machine without a GPU
   local d=$1 lim=$2 B=packages/kernelbench-eval/benchmarks t0=$(date +%s) p
   local feed=${KBT_BATCH_S:-$(( lim * 40 / 100 ))} drain=${KBT_DRAIN_S:-$(( lim * 15 / 100 ))}
@@ -195,6 +202,9 @@ sec_kb-throughput() {  # issue 28: the fixed batch of real KernelBench work thro
   local seed=${KBT_BASELINES_FROM:-}
   [[ -z "$seed" && " $parts " == *" baselines "* ]] && seed=$d/baselines/cache
   [ -n "$seed" ] && targ+=(--baselines-from "$seed")
+  local sarg=(); [ -n "${KBT_TIMING:-}" ] && sarg=("--serve-arg=--sandbox-config={\"timing_config\": $KBT_TIMING}")
+  for p in ${KBT_SERVE_ARGS:-}; do sarg+=("--serve-arg=$p"); done
+  [ -n "$seed" ] && sarg+=(--baselines-from "$seed")
   python3 $B/throughput_batch.py build -o "$d/batch.jsonl" --subset-output "$d/subset.jsonl" --min 0 \
     --tasks-output "$d/tasks.jsonl" --positive "${KBT_POSITIVE:-packages/kernelbench-eval/corpus/positive}" || return 1
   for p in $parts; do
@@ -214,6 +224,16 @@ sec_kb-throughput() {  # issue 28: the fixed batch of real KernelBench work thro
           --feed-s "$feed" --timeout-s $(( feed + drain )) "${targ[@]}"
         python3 $B/throughput.py summary "$d/batch" > "$d/batch/summary.json"
         python3 $B/throughput.py summary "$d/batch" --md | tee "$d/batch/summary.md" ;;
+      service)
+        python3 $B/throughput.py service --batch "$d/batch.jsonl" --out "$d/service" --gpus all --backend "${KBT_BACKEND:-cuda}" \
+          --clients "${KBT_SERVICE_CLIENTS:-16}" --feed-s "$feed" --timeout-s $(( feed + drain )) "${sarg[@]}"
+        say "kb-throughput: service rc=$?"
+        if [ -s "$d/batch/results.jsonl" ]; then
+          python3 $B/throughput.py compare "$d/batch" "$d/service" > "$d/service/compare.json"
+          python3 $B/throughput.py compare "$d/batch" "$d/service" --md | tee "$d/service/compare.md"
+        fi
+        python3 $B/throughput.py summary "$d/service" > "$d/service/summary.json"
+        python3 $B/throughput.py summary "$d/service" --md | tee "$d/service/summary.md" ;;
       subset)
         python3 $B/throughput.py ours --batch "$d/subset.jsonl" --out "$d/subset-ours" --gpus all --backend "${KBT_BACKEND:-cuda}" --timeout-s "$sub" "${targ[@]}"
         python3 $B/throughput.py summary "$d/subset-ours" --md | tee "$d/subset-ours/summary.md" ;;

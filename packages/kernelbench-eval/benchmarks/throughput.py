@@ -2,10 +2,16 @@
 ``throughput_batch.py``, and KernelBench's own harness on a subset of it, side by side.
 
 Subcommands (run on the GPU machine from the repo root; ``bin/gpu-check.sh`` sections
-``kb-throughput`` and ``kb-throughput-serial`` call them):
+``kb-throughput`` (its parts ``batch``, ``service``, ``subset``, ``kb``) and
+``kb-throughput-serial`` call them):
   ours     the batch through ``kernelbench-eval run --backend cuda`` as a user runs it
            (concurrent: ``--gpus all``; ``--serial``: one candidate at a time, one device worker),
            fresh caches of its own, wall clock timed; writes results.jsonl and run.json
+  service  the batch through the kernel service (``python -m cuda_agent.service serve``, same
+           fresh caches and seeded baselines) from ``--clients`` threads, one request each at a
+           time: results.jsonl as ``ours`` writes it plus each request's wall clock and overhead
+           (``meta.service``), run.json with the overhead's median / p90 / max and the service's
+           errors; ``compare`` against an ``ours`` folder says whether the verdicts are the same
   kb       KernelBench's ``eval_kernel_against_ref`` on the subset, as its eval_from_generations
            script runs it: optionally its CPU pre-compile (build_compile_cache, parallel), then one
            candidate after another, each in a fresh interpreter with a timeout; kb.jsonl, run.json
@@ -147,6 +153,69 @@ def _run_fed(
     return fed, proc.returncode, killed
 
 
+CACHE_DIRS = ("cache-sandbox", "cache-profiler", "cache-inductor", "cache-triton")
+
+
+def bench_env(
+    out_dir: Path,
+    lines: list[bytes],
+    backend: str,
+    extra: list[str],
+    fresh_cache: bool,
+    baselines_from: Path | None,
+) -> tuple[dict[str, str], int, dict[str, Any] | None]:
+    """The environment of a benchmark's evaluating child process (``kernelbench-eval run`` for
+    ``ours``, the service for ``service``): fresh caches of its own under ``out_dir`` unless
+    ``fresh_cache`` is off, the profiler's seeded with ``baselines_from``'s ``baselines/``.
+    Returns the environment, the files seeded and what they cover of the batch's ``lines``
+    (``baseline_cover``, with the run flags ``extra``; None when nothing was seeded)."""
+    env = dict(os.environ)
+    out_dir = out_dir.resolve()  # the sandbox builds and runs in folders of its own
+    if fresh_cache:
+        env["CUDA_AGENT_SANDBOX_CACHE"] = str(out_dir / "cache-sandbox")
+        env["CUDA_AGENT_CACHE"] = str(out_dir / "cache-profiler")
+        # torch.compile's own on-disk caches too: a later run of the same tasks (the subset after
+        # the batch) would otherwise get its compile baselines from the earlier one's
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(out_dir / "cache-inductor")
+        env["TRITON_CACHE_DIR"] = str(out_dir / "cache-triton")
+    seeded = 0
+    if baselines_from is not None:
+        src = baselines_from / "baselines"
+        if not src.is_dir():
+            raise SystemExit(f"throughput: no baselines/ folder in {baselines_from}")
+        if not fresh_cache:  # the user's own cache is not this benchmark's to fill
+            raise SystemExit(
+                "throughput: --baselines-from seeds the fresh caches: not with --warm-cache"
+            )
+        dst = Path(env["CUDA_AGENT_CACHE"]) / "baselines"
+        dst.mkdir(parents=True, exist_ok=True)
+        for f in src.glob("*.json"):
+            shutil.copy2(f, dst / f.name)
+            seeded += 1
+    cover = baseline_cover(lines, Path(env["CUDA_AGENT_CACHE"]), backend, extra) if seeded else None
+    if cover and cover["seeded"] < cover["tasks"]:
+        print(
+            f"throughput: the seeded baselines cover {cover['seeded']} of the "
+            f"{cover['tasks']} tasks that can reach the device (by source: {cover['by_source']}); "
+            "the others' baselines are measured in the run, holding a device worker each",
+            file=sys.stderr,
+        )
+    return env, seeded, cover
+
+
+def drop_caches(out_dir: Path, env: dict[str, str], fresh_cache: bool, info: dict) -> None:
+    """After a run with fresh caches: keep its baselines (small JSON files, in
+    ``out_dir/baselines``: ``--baselines-from OUT`` seeds a rerun; ``info["baselines_kept"]``)
+    and remove the caches (GBs) unless ``$KBT_KEEP_CACHE`` is 1."""
+    if not fresh_cache:
+        return
+    src = Path(env["CUDA_AGENT_CACHE"]) / "baselines"
+    info["baselines_kept"] = keep_baselines(src, out_dir / "baselines")
+    if os.environ.get("KBT_KEEP_CACHE") != "1":
+        for d in CACHE_DIRS:
+            shutil.rmtree(out_dir / d, ignore_errors=True)
+
+
 def run_ours(
     batch: Path,
     out_dir: Path,
@@ -178,37 +247,8 @@ def run_ours(
     else:
         cmd += ["--gpus", gpus]
     cmd += ["-o", str(results), "--resume", *extra]
-    env = dict(os.environ)
-    if fresh_cache:
-        env["CUDA_AGENT_SANDBOX_CACHE"] = str(out_dir / "cache-sandbox")
-        env["CUDA_AGENT_CACHE"] = str(out_dir / "cache-profiler")
-        # torch.compile's own on-disk caches too: a later run of the same tasks (the subset after
-        # the batch) would otherwise get its compile baselines from the earlier one's
-        env["TORCHINDUCTOR_CACHE_DIR"] = str(out_dir / "cache-inductor")
-        env["TRITON_CACHE_DIR"] = str(out_dir / "cache-triton")
-    seeded = 0
-    if baselines_from is not None:
-        src = baselines_from / "baselines"
-        if not src.is_dir():
-            raise SystemExit(f"throughput: no baselines/ folder in {baselines_from}")
-        if not fresh_cache:  # the user's own cache is not this benchmark's to fill
-            raise SystemExit(
-                "throughput: --baselines-from seeds the fresh caches: not with --warm-cache"
-            )
-        dst = Path(env["CUDA_AGENT_CACHE"]) / "baselines"
-        dst.mkdir(parents=True, exist_ok=True)
-        for f in src.glob("*.json"):
-            shutil.copy2(f, dst / f.name)
-            seeded += 1
     lines = [x for x in batch.read_bytes().splitlines(keepends=True) if x.strip()]
-    cover = baseline_cover(lines, Path(env["CUDA_AGENT_CACHE"]), backend, extra) if seeded else None
-    if cover and cover["seeded"] < cover["tasks"]:
-        print(
-            f"throughput: the seeded baselines cover {cover['seeded']} of the "
-            f"{cover['tasks']} tasks that can reach the device (by source: {cover['by_source']}); "
-            "the others' baselines are measured in the run, holding a device worker each",
-            file=sys.stderr,
-        )
+    env, seeded, cover = bench_env(out_dir, lines, backend, extra, fresh_cache, baselines_from)
     t0 = time.time()
     with open(out_dir / "run.stderr.txt", "ab") as log:
         fed, rc, killed = _run_fed(cmd, env, lines, log, t0, feed_s, timeout_s)
@@ -235,12 +275,7 @@ def run_ours(
     }
     if killed:
         info["state_at_kill"] = state_at_kill(out_dir / "run.stderr.txt")
-    if fresh_cache:  # the baselines (small JSON files) stay: --baselines-from OUT seeds a rerun
-        src = Path(env["CUDA_AGENT_CACHE"]) / "baselines"
-        info["baselines_kept"] = keep_baselines(src, out_dir / "baselines")
-    if fresh_cache and os.environ.get("KBT_KEEP_CACHE") != "1":
-        for d in ("cache-sandbox", "cache-profiler", "cache-inductor", "cache-triton"):  # GBs
-            shutil.rmtree(out_dir / d, ignore_errors=True)
+    drop_caches(out_dir, env, fresh_cache, info)
     _write_json(out_dir / "run.json", info)
     return info
 
@@ -333,6 +368,300 @@ def baseline_cover(
         "seeded": seeded,
         "by_source": {k: f"{a}/{b}" for k, (a, b) in sorted(by_source.items())},
     }
+
+
+# ----------------------------------------------------------------------------- service
+
+# client threads by default: the service's own default --max-concurrent (16), so that the batch
+# meets the service as a trainer with that many rollouts in flight does; more would only be
+# answered 503 busy, fewer would leave the pool's window (compile jobs + device workers) unfilled
+SERVICE_CLIENTS = 16
+SERVICE_START_S = 120.0
+
+
+def _serve_run_flags(serve_args: list[str]) -> list[str]:
+    """The ``kernelbench-eval run`` flags that ask for the baselines ``serve_args``
+    (``--sandbox-config`` JSON: ``compile_baseline``, ``baseline_compile_mode``) ask the service
+    for: what ``baseline_cover`` looks seeded files up with."""
+    text = None
+    for i, a in enumerate(serve_args):
+        if a.startswith("--sandbox-config="):
+            text = a.split("=", 1)[1]
+        elif a == "--sandbox-config" and i + 1 < len(serve_args):
+            text = serve_args[i + 1]
+    try:
+        d = json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        return []  # the service refuses it and says why
+    d = d if isinstance(d, dict) else {}
+    out = []
+    if d.get("compile_baseline") is not None:
+        out.append("--compile-baseline" if d["compile_baseline"] else "--no-compile-baseline")
+    if d.get("baseline_compile_mode"):
+        out.append(f"--baseline-compile-mode={d['baseline_compile_mode']}")
+    return out
+
+
+def _tail(path: Path, n: int = 3000) -> str:
+    with contextlib.suppress(OSError):
+        return path.read_text(errors="replace")[-n:]
+    return ""
+
+
+def _stop_group(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
+    """SIGTERM ``proc``'s process group (it finishes what is in flight and closes its pool),
+    SIGKILL after ``grace_s``."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    else:  # the server is gone; what it started may not be
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _server_url(proc: subprocess.Popen, stderr_path: Path, limit_s: float) -> str:
+    """The URL the server prints as its first stdout line, within ``limit_s``; SystemExit with
+    its stderr's tail when it dies first or says nothing in time."""
+    assert proc.stdout is not None
+    got: list[bytes] = []
+    th = threading.Thread(target=lambda: got.append(proc.stdout.readline()), daemon=True)
+    th.start()
+    th.join(limit_s)
+    url = got[0].decode(errors="replace").strip() if got else ""
+    if not url.startswith("http"):
+        if got:  # its stdout ended (or said something else): it is exiting, or should
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+        rc = proc.poll()
+        if rc is not None:
+            why = f"exited with status {rc}"
+        elif got:
+            why = "printed something other than its URL"
+        else:
+            why = f"printed no URL in {limit_s:g} s"
+        _stop_group(proc, 5.0)
+        raise SystemExit(
+            f"throughput: the service {why} (stdout: {url[:200]!r}); its stderr ends:\n"
+            + _tail(stderr_path)
+        )
+    return url
+
+
+def run_service(
+    batch: Path,
+    out_dir: Path,
+    *,
+    gpus: str,
+    feed_s: float | None,
+    timeout_s: float | None,
+    serve_args: list[str],
+    clients: int = SERVICE_CLIENTS,
+    guard_policy: str = "kernelbench",
+    fresh_cache: bool = True,
+    backend: str = "cuda",
+    baselines_from: Path | None = None,
+) -> dict[str, Any]:
+    """The batch through the service (``python -m cuda_agent.service serve``, a child process in
+    its own session, with ``ours``' fresh caches and seeded baselines): ``clients`` threads take
+    the candidates in batch order until ``feed_s`` has passed, each one request at a time
+    (``ServiceClient.evaluate``), and write each result as ``kernelbench-eval run`` writes it
+    (``with_run_meta``) plus ``meta.service``: the request's wall clock and its overhead over the
+    evaluation's own ``seconds`` (HTTP, JSON and the wait for a compile worker of the pool,
+    which ``seconds`` does not count). Candidates with a result in ``results.jsonl`` (by bench
+    id) are skipped. At ``timeout_s`` no request starts, the server is stopped (SIGTERM to its
+    group, SIGKILL after 20 s) and the requests in flight are abandoned. ``guard_policy``: the
+    batch's (``kernelbench``, ``run``'s default; the service's own default is ``strict``).
+    Service errors are kept in run.json's ``errors``; a ``busy`` answer is retried after its
+    Retry-After. Returns (and writes to run.json) the wall clock and counts."""
+    import secrets
+
+    import msgspec
+
+    from cuda_agent.kernelbench_eval.cli import with_run_meta
+    from cuda_agent.records import Candidate
+    from cuda_agent.service.client import ServiceClient, ServiceError
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = out_dir / "results.jsonl"
+    have = {bench_id(r) for r in read_jsonl(results)}
+    lines = [x for x in batch.read_bytes().splitlines(keepends=True) if x.strip()]
+    todo = []
+    for ln in lines:
+        c = msgspec.json.decode(ln, type=Candidate)
+        if str(c.meta["bench"]["id"]) not in have:
+            todo.append(c)
+    flags = _serve_run_flags(serve_args)
+    env, seeded, cover = bench_env(out_dir, lines, backend, flags, fresh_cache, baselines_from)
+    token = secrets.token_urlsafe(32)
+    tok_file = out_dir / "service.token"
+    tok_file.unlink(missing_ok=True)
+    fd = os.open(tok_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token + "\n")
+    cmd = [sys.executable, "-m", "cuda_agent.service", "serve", "--backend", backend]
+    cmd += ["--gpus", gpus, "--port", "0", "--token-file", str(tok_file)]
+    cmd += ["--max-concurrent", str(clients), "--guard-policy", guard_policy, "--quiet"]
+    cmd += serve_args
+    stderr_path = out_dir / "server.stderr.txt"
+    lock = threading.Lock()
+    stop = threading.Event()
+    pending = iter(todo)
+    in_flight: set[str] = set()
+    errors: list[dict[str, Any]] = []
+    counts = {"fed": 0, "done": 0, "busy_retries": 0}
+    t0 = time.time()
+    with open(stderr_path, "ab") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True
+        )
+        try:
+            url = _server_url(proc, stderr_path, SERVICE_START_S)
+            startup_s = time.time() - t0
+            # nothing else is printed there, but a full pipe would block the server: drain it
+            threading.Thread(target=lambda: proc.stdout and proc.stdout.read(), daemon=True).start()
+            client = ServiceClient(url, token)
+            try:
+                health = client.health()
+            except ServiceError as e:
+                raise SystemExit(
+                    f"throughput: the service at {url} does not answer its health check ({e}); "
+                    "its stderr ends:\n" + _tail(stderr_path)
+                ) from None
+
+            def take() -> Candidate | None:
+                with lock:
+                    if stop.is_set() or proc.poll() is not None:
+                        return None
+                    if feed_s is not None and time.time() - t0 > feed_s:
+                        return None
+                    c = next(pending, None)
+                    if c is not None:
+                        counts["fed"] += 1
+                        in_flight.add(str(c.meta["bench"]["id"]))
+                    return c
+
+            def work(out: Any) -> None:
+                while (c := take()) is not None:
+                    bid = str(c.meta["bench"]["id"])
+                    retries = 0
+                    while True:
+                        t = time.time()
+                        try:
+                            r = client.evaluate(c)
+                        except ServiceError as e:
+                            if stop.is_set():  # the server was stopped under it: abandoned
+                                return
+                            busy = e.code == "busy"
+                            with lock:
+                                errors.append(
+                                    {
+                                        "id": bid,
+                                        "code": e.code,
+                                        "status": e.status,
+                                        "message": e.message[:500],
+                                        "retried": busy,
+                                        "after_s": round(time.time() - t0, 1),
+                                    }
+                                )
+                                if busy:
+                                    counts["busy_retries"] += 1
+                            if busy and not stop.wait(e.retry_after or 5.0):
+                                retries += 1
+                                continue
+                            with lock:
+                                in_flight.discard(bid)
+                            break
+                        wall = time.time() - t
+                        r = with_run_meta(c, r, guard_policy)
+                        svc = {
+                            "request_s": round(wall, 3),
+                            "overhead_s": round(wall - r.seconds, 3),
+                        }
+                        if retries:
+                            svc["busy_retries"] = retries
+                        r = msgspec.structs.replace(r, meta={**r.meta, "service": svc})
+                        with lock:
+                            if stop.is_set():
+                                return
+                            out.write(msgspec.json.encode(r) + b"\n")
+                            out.flush()
+                            counts["done"] += 1
+                            in_flight.discard(bid)
+                        break
+
+            with open(results, "ab") as out:
+                threads = [
+                    threading.Thread(target=work, args=(out,), daemon=True) for _ in range(clients)
+                ]
+                for th in threads:
+                    th.start()
+                deadline = None if timeout_s is None else t0 + timeout_s
+                for th in threads:
+                    th.join(None if deadline is None else max(0.0, deadline - time.time()))
+                with lock:
+                    killed = any(th.is_alive() for th in threads)
+                    stop.set()
+                    abandoned = sorted(in_flight)
+        finally:
+            stop.set()
+            _stop_group(proc)
+            tok_file.unlink(missing_ok=True)
+    wall = time.time() - t0
+    n_gpus = count_gpus(gpus)
+    over = [
+        float(((r.get("meta") or {}).get("service") or {}).get("overhead_s"))
+        for r in read_jsonl(results)
+        if isinstance(((r.get("meta") or {}).get("service") or {}).get("overhead_s"), int | float)
+    ]
+    info = {
+        "label": "service",
+        "command": " ".join(cmd),
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
+        "wall_s": round(wall, 1),
+        "startup_s": round(startup_s, 1),
+        "gpus": n_gpus,
+        "batch": len(lines),
+        "clients": clients,
+        "fed": counts["fed"],
+        "done_before": len(have),
+        "done": counts["done"],
+        "rc": proc.returncode,
+        "killed": killed,
+        "abandoned": abandoned,
+        "fresh_cache": fresh_cache,
+        "baselines_seeded": seeded,
+        "baselines_cover": cover,
+        "baselines_from": str(baselines_from) if baselines_from else None,
+        "per_gpu_hour": per_gpu_hour(counts["done"], wall, n_gpus),
+        "overhead_s": {
+            "min": round(min(over), 3) if over else None,
+            "median": _median(over),
+            "p90": round(_quantile(over, 0.9), 3) if over else None,
+            "max": round(max(over), 3) if over else None,
+            "n": len(over),
+        },
+        "busy_retries": counts["busy_retries"],
+        "errors": errors,
+        "health": msgspec.to_builtins(health),
+    }
+    drop_caches(out_dir, env, fresh_cache, info)
+    _write_json(out_dir / "run.json", info)
+    return info
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    """The ``q`` quantile of ``xs`` (linear between order statistics)."""
+    s = sorted(xs)
+    k = (len(s) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 # ----------------------------------------------------------------------------- summary
@@ -474,6 +803,19 @@ def summary_md(s: dict[str, Any]) -> str:
                 for k, v in s["memory_per_working_set"].items()
             ],
         ]
+    run = s.get("run") or {}
+    if run.get("overhead_s"):  # a `service` run: each request's wall clock over its evaluation's
+        o = run["overhead_s"]
+        lost = [e for e in run.get("errors") or [] if not e.get("retried")]
+        lines += [
+            "",
+            f"Through the service ({run.get('clients')} clients): overhead per request over the "
+            f"evaluation's own seconds: median {o['median']} s, p90 {o['p90']} s, max {o['max']} s "
+            f"(min {o.get('min')} s; {o['n']} results); {run.get('busy_retries', 0)} busy "
+            f"answers retried, {len(lost)} errors, {len(run.get('abandoned') or [])} requests "
+            "abandoned at the bound",
+        ]
+        lines += [f"- {e['id']}: {e['code']} {e['message'][:160]}" for e in lost[:20]]
     if (s.get("run") or {}).get("state_at_kill"):
         lines += ["", "At the kill (the sandbox's state report):", ""]
         lines += [f"- {x}" for x in s["run"]["state_at_kill"]]
@@ -961,6 +1303,33 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument(
         "--run-arg", action="append", default=[], help="extra kernelbench-eval run argument"
     )
+    v = sub.add_parser("service", help="the batch through the kernel service over HTTP")
+    v.add_argument("--batch", type=Path, required=True)
+    v.add_argument("--out", type=Path, required=True, help="folder: results.jsonl, run.json")
+    v.add_argument("--gpus", default="all")
+    v.add_argument("--backend", default="cuda")
+    v.add_argument(
+        "--clients",
+        type=int,
+        default=SERVICE_CLIENTS,
+        help="client threads, one request each at a time (also the service's --max-concurrent)",
+    )
+    v.add_argument(
+        "--guard-policy",
+        default="kernelbench",
+        help="the service's (the batch's and kernelbench-eval run's default: kernelbench)",
+    )
+    v.add_argument("--feed-s", type=float, help="start no request after this")
+    v.add_argument("--timeout-s", type=float, help="stop the service after this")
+    v.add_argument("--warm-cache", action="store_true", help="use the usual caches, not fresh ones")
+    v.add_argument(
+        "--baselines-from",
+        type=Path,
+        help="profiler cache folder whose baselines/ seed the fresh cache (kb_references.py's)",
+    )
+    v.add_argument(
+        "--serve-arg", action="append", default=[], help="extra `service serve` argument"
+    )
     k = sub.add_parser("kb", help="KernelBench's harness on the subset")
     k.add_argument("--subset", type=Path, required=True)
     k.add_argument("--out", type=Path, required=True)
@@ -1010,6 +1379,25 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(json.dumps(info))
         return 0 if info["rc"] == 0 or info["killed"] else 1
+    if a.cmd == "service":
+        if a.clients < 1:
+            raise SystemExit("throughput: --clients: 1 or more")
+        info = run_service(
+            a.batch,
+            a.out,
+            gpus=a.gpus,
+            feed_s=a.feed_s,
+            timeout_s=a.timeout_s,
+            serve_args=a.serve_arg,
+            clients=a.clients,
+            guard_policy=a.guard_policy,
+            fresh_cache=not a.warm_cache,
+            baselines_from=a.baselines_from,
+            backend=a.backend,
+        )
+        print(json.dumps(info))
+        lost = [e for e in info["errors"] if not e["retried"]]
+        return 0 if info["killed"] or (info["rc"] in (0, -signal.SIGTERM) and not lost) else 1
     if a.cmd == "kb":
         info = run_kb(
             a.subset,

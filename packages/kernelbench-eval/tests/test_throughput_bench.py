@@ -501,7 +501,6 @@ print(m.KernelExecResult().model_dump())
 # ----------------------------------------------------------------------------- the runner, cpu
 
 
-@pytest.mark.slow
 def _ours(batch: Path, out: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     """``throughput.py ours`` on the cpu backend, as the GPU script runs it."""
     cmd = [sys.executable, str(BENCH / "throughput.py"), "ours", "--batch", str(batch)]
@@ -509,9 +508,13 @@ def _ours(batch: Path, out: Path, *args: str, timeout: int = 300) -> subprocess.
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
-def test_runner_concurrent_and_serial_cpu(tmp_path):
-    """`ours` through the real `kernelbench-eval run --backend cpu` on two fixture candidates
-    (ReLU honest, Softmax incorrect), concurrent and serial; summary and compare on the output."""
+TCFG = '{"time_cap_s": 1.0, "warmup_max_s": 0.3}'  # short timings: the plumbing, not the numbers
+
+
+@pytest.fixture(scope="module")
+def fixture_batch(tmp_path_factory) -> Path:
+    """Two fixture candidates (ReLU honest, Softmax incorrect) as a batch: Candidate lines with
+    ``meta.bench`` as ``throughput_batch.py`` writes it."""
     kb = [sys.executable, "-m", "cuda_agent.kernelbench_eval.cli"]
     tasks = subprocess.run(
         [*kb, "tasks", "--root", str(FIX), "--levels", "1", "--problems", "1-2"],
@@ -537,35 +540,61 @@ def test_runner_concurrent_and_serial_cpu(tmp_path):
             "expected": "ok" if pid == 1 else "incorrect",
         }
         lines.append(json.dumps(c))
-    batch = tmp_path / "batch.jsonl"
+    batch = tmp_path_factory.mktemp("kbt-batch") / "batch.jsonl"
     batch.write_text("\n".join(lines) + "\n")
-    tcfg = '{"time_cap_s": 1.0, "warmup_max_s": 0.3}'
-    runs = {}
-    for label, extra in (("conc", []), ("serial", ["--serial"])):
-        p = _ours(
-            batch,
-            tmp_path / label,
-            "--warm-cache",
-            "--timeout-s",
-            "400",
-            f"--run-arg=--timing-config={tcfg}",
-            *extra,
-            timeout=500,
-        )
-        assert p.returncode == 0, (
-            p.stderr + (tmp_path / label / "run.stderr.txt").read_text()[-3000:]
-        )
-        runs[label] = json.loads(p.stdout)
+    return batch
+
+
+@pytest.fixture(scope="module")
+def ours_concurrent(fixture_batch, tmp_path_factory) -> tuple[Path, dict]:
+    """``ours`` (concurrent) over the fixture batch: its folder and run.json."""
+    out = tmp_path_factory.mktemp("kbt-ours") / "conc"
+    p = _ours(
+        fixture_batch,
+        out,
+        "--warm-cache",
+        "--timeout-s",
+        "400",
+        f"--run-arg=--timing-config={TCFG}",
+        timeout=500,
+    )
+    assert p.returncode == 0, p.stderr + (out / "run.stderr.txt").read_text()[-3000:]
+    return out, json.loads(p.stdout)
+
+
+@pytest.mark.slow
+def test_runner_concurrent_and_serial_cpu(tmp_path, fixture_batch, ours_concurrent):
+    """`ours` through the real `kernelbench-eval run --backend cpu` on two fixture candidates
+    (ReLU honest, Softmax incorrect), concurrent and serial; summary and compare on the output."""
+    batch = fixture_batch
+    lines = [x for x in batch.read_text().splitlines() if x.strip()]
+    conc_dir, conc_run = ours_concurrent
+    runs = {"conc": conc_run}
+    p = _ours(
+        batch,
+        tmp_path / "serial",
+        "--warm-cache",
+        "--timeout-s",
+        "400",
+        f"--run-arg=--timing-config={TCFG}",
+        "--serial",
+        timeout=500,
+    )
+    assert p.returncode == 0, (
+        p.stderr + (tmp_path / "serial" / "run.stderr.txt").read_text()[-3000:]
+    )
+    runs["serial"] = json.loads(p.stdout)
+    for label in runs:
         assert runs[label]["done"] == runs[label]["fed"] == 2 and runs[label]["per_gpu_hour"] > 0
     assert (
         "--window 1" in runs["serial"]["command"]
         and "--workers-per-gpu 1" in runs["serial"]["command"]
     )
-    s = tp.summarize(tp.read_jsonl(tmp_path / "conc" / "results.jsonl"), runs["conc"])
+    s = tp.summarize(tp.read_jsonl(conc_dir / "results.jsonl"), runs["conc"])
     assert s["statuses"] == {"incorrect": 1, "ok": 1} and not s["expected_missed"]
     assert "compile" in s["stages_s"] and "verify" in s["stages_s"]
     c = tp.compare(
-        tp.read_jsonl(tmp_path / "conc" / "results.jsonl"),
+        tp.read_jsonl(conc_dir / "results.jsonl"),
         tp.read_jsonl(tmp_path / "serial" / "results.jsonl"),
         tol=1.0,
     )
@@ -609,6 +638,83 @@ def test_runner_concurrent_and_serial_cpu(tmp_path):
     # the user's own cache is not seeded: a clear refusal, nothing run
     p = _ours(batch, tmp_path / "warm", "--warm-cache", "--baselines-from", str(seed))
     assert p.returncode != 0 and "not with --warm-cache" in p.stderr
+
+
+def _service(batch: Path, out: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``throughput.py service`` on the cpu backend, as the GPU script runs it."""
+    cmd = [sys.executable, str(BENCH / "throughput.py"), "service", "--batch", str(batch)]
+    cmd += ["--out", str(out), "--backend", "cpu", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_service_gives_the_local_pools_verdicts_cpu(tmp_path, fixture_batch, ours_concurrent):
+    """The batch through a real `service serve --backend cpu` (a child process, HTTP on
+    loopback) from the default 16 client threads: a result per candidate, in `kernelbench-eval
+    run`'s shape (its meta merged the same way) plus each request's wall clock and overhead,
+    the same verdicts as the local pool's (`ours`); run again on its folder, nothing new."""
+    ids = [json.loads(x)["meta"]["bench"]["id"] for x in fixture_batch.read_text().splitlines()]
+    out = tmp_path / "service"
+    sandbox = json.dumps({"timing_config": json.loads(TCFG)})
+    args = ("--warm-cache", "--timeout-s", "400", f"--serve-arg=--sandbox-config={sandbox}")
+    p = _service(fixture_batch, out, *args, timeout=500)
+    assert p.returncode == 0, p.stderr + (out / "server.stderr.txt").read_text()[-3000:]
+    info = json.loads(p.stdout)
+    assert info == json.loads((out / "run.json").read_text())
+    assert (
+        info["label"] == "service"
+        and info["clients"] == 16
+        and "--max-concurrent 16" in (info["command"])
+    )
+    assert info["done"] == info["fed"] == info["batch"] == len(ids) and info["done_before"] == 0
+    assert not info["errors"] and not info["killed"] and info["abandoned"] == []
+    assert info["health"]["backend"] == "cpu" and info["health"]["guard_policy"] == "kernelbench"
+    o = info["overhead_s"]
+    assert o["n"] == len(ids) and 0 <= o["min"] <= o["median"] <= o["p90"] <= o["max"]
+    assert not (out / "service.token").exists()  # the token does not outlive the run
+    assert "service: stopped" in (out / "server.stderr.txt").read_text()  # SIGTERM, a clean stop
+    res = tp.read_jsonl(out / "results.jsonl")
+    assert sorted(tp.bench_id(r) for r in res) == sorted(ids)
+    ours_dir, _ = ours_concurrent
+    local = {tp.bench_id(r): r for r in tp.read_jsonl(ours_dir / "results.jsonl")}
+    for r in res:
+        svc, meta = r["meta"]["service"], r["meta"]
+        assert svc["request_s"] >= 0 and svc["overhead_s"] == pytest.approx(
+            svc["request_s"] - r["seconds"], abs=2e-3
+        )
+        assert svc["overhead_s"] > -0.05  # the evaluation ran inside the request
+        mine = local[tp.bench_id(r)]["meta"]
+        for k in ("bench", "name", "guard_policy", "level", "problem_id"):  # run's merge
+            assert meta[k] == mine[k], k
+    c = tp.compare(tp.read_jsonl(ours_dir / "results.jsonl"), res, tol=1.0)
+    assert c["compared"] == len(ids) and c["verdicts_identical"], c["verdicts_differ"]
+    assert c["honest_speedups"] == 1
+    cli = [sys.executable, str(BENCH / "throughput.py")]
+    q = subprocess.run(
+        [*cli, "compare", str(ours_dir), str(out), "--tol", "1.0", "--md"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert q.returncode == 0 and "**identical**" in q.stdout, q.stdout + q.stderr
+    md = subprocess.run(
+        [*cli, "summary", str(out), "--md"], capture_output=True, text=True, timeout=60
+    ).stdout
+    assert "Through the service (16 clients)" in md
+    # resumed: every candidate has its result, nothing is sent again
+    p = _service(fixture_batch, out, *args, timeout=300)
+    assert p.returncode == 0, p.stderr
+    again = json.loads(p.stdout)
+    assert again["done_before"] == len(ids) and again["fed"] == again["done"] == 0
+    assert len(tp.read_jsonl(out / "results.jsonl")) == len(ids)
+
+
+def test_service_that_does_not_start_is_a_clear_error(tmp_path, fixture_batch):
+    """A server that exits before printing its URL: the runner says so with its stderr."""
+    p = _service(fixture_batch, tmp_path / "bad", "--warm-cache", "--serve-arg=--no-such-flag")
+    assert p.returncode != 0 and "the service exited with status 2" in p.stderr
+    assert "--no-such-flag" in p.stderr  # the server's own words
+    assert not (tmp_path / "bad" / "service.token").exists()
 
 
 def test_the_baselines_a_run_asks_for_follow_its_flags():

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from cuda_agent.records import EvalResult, RecordWriter, Task, Trajectory
+from cuda_agent.records import Candidate, EvalResult, RecordWriter, Task, Trajectory
 from cuda_agent.records.cli_helpers import (
     ClaimOpt,
     InputArg,
@@ -230,9 +230,6 @@ def run(
     Agent rules. Example:
     kernelbench-eval run --backend cuda --gpus all -o results.jsonl --resume < candidates.jsonl
     """
-    import msgspec
-
-    from cuda_agent.records import Candidate
     from cuda_agent.sandbox.stream import evaluate_stream, sandbox_config
 
     try:
@@ -265,14 +262,25 @@ def run(
         timing_cpus=timing_cpus,
     )
 
-    def finish(c: Candidate, r: EvalResult) -> EvalResult:
-        meta = {**r.meta, **c.meta, "name": c.task.name, "guard_policy": guard_policy}
-        if c.task.level is not None:
-            meta.setdefault("level", c.task.level)
-            meta.setdefault("problem_id", c.task.problem_id)
-        return msgspec.structs.replace(r, meta=meta)
+    evaluate_stream(
+        cfg,
+        stream,
+        finish=lambda c, r: with_run_meta(c, r, guard_policy),
+        desc="kernelbench-eval run",
+    )
 
-    evaluate_stream(cfg, stream, finish=finish, desc="kernelbench-eval run")
+
+def with_run_meta(c: Candidate, r: EvalResult, guard_policy: str) -> EvalResult:
+    """``r`` as `run` writes it: the candidate's meta merged over the result's, plus the task's
+    name, the guard policy and its level and problem id (what `report` reads). Shared with the
+    throughput benchmark's ``service`` runner, whose results must match `run`'s line for line."""
+    import msgspec
+
+    meta = {**r.meta, **c.meta, "name": c.task.name, "guard_policy": guard_policy}
+    if c.task.level is not None:
+        meta.setdefault("level", c.task.level)
+        meta.setdefault("problem_id", c.task.problem_id)
+    return msgspec.structs.replace(r, meta=meta)
 
 
 @app.command()
