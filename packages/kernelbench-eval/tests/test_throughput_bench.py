@@ -709,6 +709,37 @@ def test_service_gives_the_local_pools_verdicts_cpu(tmp_path, fixture_batch, our
     assert len(tp.read_jsonl(out / "results.jsonl")) == len(ids)
 
 
+@pytest.mark.slow
+def test_service_busy_answers_are_retried_and_kept(tmp_path, fixture_batch, ours_concurrent):
+    """Two clients, a service that runs one request at a time (the later --max-concurrent wins):
+    the second request is answered 503 busy, kept in run.json's errors as retried, and its
+    candidate still gets its result after the Retry-After."""
+    ids = [json.loads(x)["meta"]["bench"]["id"] for x in fixture_batch.read_text().splitlines()]
+    out = tmp_path / "busy"
+    sandbox = json.dumps({"timing_config": json.loads(TCFG)})
+    p = _service(
+        fixture_batch,
+        out,
+        "--warm-cache",
+        "--clients",
+        "2",
+        "--timeout-s",
+        "300",
+        f"--serve-arg=--sandbox-config={sandbox}",
+        "--serve-arg=--max-concurrent=1",
+        timeout=400,
+    )
+    assert p.returncode == 0, p.stderr + (out / "server.stderr.txt").read_text()[-3000:]
+    info = json.loads(p.stdout)
+    assert info["health"]["max_concurrent"] == 1 and info["done"] == len(ids)
+    assert info["busy_retries"] >= 1 and info["busy_retries"] == len(info["errors"])
+    assert all(e["code"] == "busy" and e["retried"] and e["id"] in ids for e in info["errors"])
+    res = tp.read_jsonl(out / "results.jsonl")
+    assert sum(r["meta"]["service"].get("busy_retries", 0) for r in res) == info["busy_retries"]
+    ours_dir, _ = ours_concurrent
+    assert tp.compare(tp.read_jsonl(ours_dir / "results.jsonl"), res, tol=1.0)["verdicts_identical"]
+
+
 def test_service_that_does_not_start_is_a_clear_error(tmp_path, fixture_batch):
     """A server that exits before printing its URL: the runner says so with its stderr."""
     p = _service(fixture_batch, tmp_path / "bad", "--warm-cache", "--serve-arg=--no-such-flag")
