@@ -810,8 +810,13 @@ def summary_md(s: dict[str, Any]) -> str:
         lines += [
             "",
             f"Through the service ({run.get('clients')} clients): overhead per request over the "
-            f"evaluation's own seconds: median {o['median']} s, p90 {o['p90']} s, max {o['max']} s "
-            f"(min {o.get('min')} s; {o['n']} results); {run.get('busy_retries', 0)} busy "
+            + (
+                f"evaluation's own seconds: median {o['median']} s, p90 {o['p90']} s, max "
+                f"{o['max']} s (min {o.get('min')} s; {o['n']} results); "
+                if o.get("n")
+                else "evaluation's own seconds: no results; "
+            )
+            + f"{run.get('busy_retries', 0)} busy "
             f"answers retried, {len(lost)} errors, {len(run.get('abandoned') or [])} requests "
             "abandoned at the bound",
         ]
