@@ -534,6 +534,9 @@ def run_service(
                     "its stderr ends:\n" + _tail(stderr_path)
                 ) from None
 
+            # the policy the service applies (a --serve-arg may have set another): the results'
+            policy = health.guard_policy or guard_policy
+
             def take() -> Candidate | None:
                 with lock:
                     if stop.is_set() or proc.poll() is not None:
@@ -578,7 +581,7 @@ def run_service(
                                 in_flight.discard(bid)
                             break
                         wall = time.time() - t
-                        r = with_run_meta(c, r, guard_policy)
+                        r = with_run_meta(c, r, policy)
                         svc = {
                             "request_s": round(wall, 3),
                             "overhead_s": round(wall - r.seconds, 3),
