@@ -19,7 +19,7 @@ results are saved after each):
 
 Usage: python gpu_check.py [OUT_DIR] [BUDGET_S]
 Env: BACKEND=cuda|cpu (default cuda), SECTIONS=scripted,tiny, EPISODES (8), MAX_TURNS (4),
-MAX_NEW_TOKENS (256), CONCURRENT (32), SERIAL (4), DEVICE (cuda when BACKEND=cuda, else cpu), PROFILE=1 (the scripted episode
+MAX_NEW_TOKENS (256), CONCURRENT (32), SERIAL (4), WORKERS_PER_GPU (8: concurrent's pool), DEVICE (cuda when BACKEND=cuda, else cpu), PROFILE=1 (the scripted episode
 also runs utils/profile.py).
 """
 
@@ -136,12 +136,13 @@ def tiny_tasks():
     return out
 
 
-def env_for(root: Path):
+def env_for(root: Path, workers_per_gpu: int | None = None):
     from cuda_agent.agent.env import SandboxEnv
     from cuda_agent.sandbox import SandboxConfig
 
+    more = {} if workers_per_gpu is None else {"workers_per_gpu": workers_per_gpu}
     return SandboxEnv(
-        SandboxConfig(backend=BACKEND, timing=True, timing_config=TIMING, tmp_root=None)
+        SandboxConfig(backend=BACKEND, timing=True, timing_config=TIMING, tmp_root=None, **more)
     )
 
 
@@ -217,6 +218,33 @@ def section_scripted(tok) -> None:
     save()
 
 
+def time_split(trs: list) -> dict:
+    """Where the episodes' time went: per Bash command and for the final evaluation, the sum
+    and median over episodes (s), and the evaluations' stage medians (``meta.stages_s``)."""
+    import statistics
+
+    per: dict[str, list[float]] = {}
+    for t in trs:
+        for c in t.tool_calls:
+            if c.name == "Bash":
+                per.setdefault(str(c.arguments.get("command")), []).append(c.seconds)
+        for k, v in (t.meta.get("seconds") or {}).items():  # generate_s, tool_<Name>_s, eval_s
+            if isinstance(v, int | float):
+                per.setdefault(k, []).append(float(v))
+    out = {
+        k: {"sum": round(sum(v), 1), "median": round(statistics.median(v), 2)}
+        for k, v in per.items()
+    }
+    stages: dict[str, list[float]] = {}
+    for t in trs:
+        st = (t.eval_result.meta.get("stages_s") if t.eval_result else None) or {}
+        for k, v in st.items():
+            if isinstance(v, int | float):
+                stages.setdefault(k, []).append(float(v))
+    out["eval_stages_median"] = {k: round(statistics.median(v), 2) for k, v in stages.items()}
+    return out
+
+
 class UniqueSourcesScript:
     """The scripted turns, with each episode's C++/CUDA sources made unique by a comment (as
     different episodes' kernels are in training), so that no episode's compile is a cache hit."""
@@ -249,8 +277,16 @@ def section_concurrent(tok) -> None:
 
     n = int(os.environ.get("CONCURRENT", "32"))
     n_serial = int(os.environ.get("SERIAL", "4"))
+    # device workers of the episodes' shared pool: the final evaluations of a batch's episodes
+    # are submitted together, so the pool's default (2 per GPU) would evaluate 32 two at a time
+    wpg = int(os.environ.get("WORKERS_PER_GPU", "8"))
     task, files = scripted_task_and_files()
-    out: dict = {"task": task.name, "backend": BACKEND, "unique_sources": True}
+    out: dict = {
+        "task": task.name,
+        "backend": BACKEND,
+        "unique_sources": True,
+        "workers_per_gpu": wpg,
+    }
     REPORT["concurrent"] = out
 
     def episodes(jobs: list, tool_workers: int, run: str) -> tuple[list, float]:
@@ -259,7 +295,7 @@ def section_concurrent(tok) -> None:
         cfg = EpisodeConfig(max_turns=10, tool_workers=tool_workers, bash_timeout=300.0)
         policy = UniqueSourcesScript(tok, files, run)
         t = time.monotonic()
-        with env_for(ws) as env:
+        with env_for(ws, wpg) as env:
             trs = EpisodeRunner(policy, env, cfg, ws).run(jobs)
         return trs, time.monotonic() - t
 
@@ -270,8 +306,9 @@ def section_concurrent(tok) -> None:
             "episodes_per_hour": round(3600 * len(trs) / wall, 1),
             "solved": sum(bool(t.reward is not None and t.reward >= 1.0) for t in trs),
             "statuses": sorted(
-                {(t.eval_result.status if t.eval_result else t.stop_reason) for t in trs}
+                {str(t.eval_result.status if t.eval_result else t.stop_reason) for t in trs}
             ),
+            "time_split_s": time_split(trs),
         }
 
     # the concurrent run first: it pays the task's baseline timing (cached after), so the serial
