@@ -161,3 +161,20 @@ def test_cuda_pool_layout_without_running_anything():
         assert len(pool._workers) == 6 and abs(pool.mem_fraction - 0.3) < 1e-9
     with SandboxPool(SandboxConfig(backend="cuda", workers_per_gpu=1), gpus=["0"]) as pool:
         assert len(pool._workers) == 1 and pool.mem_fraction is None  # today's behaviour
+
+
+def test_pool_records_the_time_each_candidate_queued(cache_dir, scale_add_task):
+    """``compile_queue`` / ``device_queue`` in ``stages_s``: with one device worker the second
+    candidate waits for the first's device half, the first does not wait."""
+    cfg = SandboxConfig(backend="cpu", cache_dir=str(cache_dir), guard_policy="off", timing=False)
+    cands = [kb_candidate(scale_add_task, VALID + f"\n# variant {i}\n") for i in range(2)]
+    with SandboxPool(cfg, compile_workers=2, cpu_workers=1) as pool:
+        first, second = list(pool.map(cands))
+    assert first.status is Status.OK and second.status is Status.OK
+    for r in (first, second):
+        assert r.meta["stages_s"]["compile_queue"] >= 0 and r.meta["stages_s"]["device_queue"] >= 0
+    on_device = sum(first.meta["stages_s"].get(k, 0.0) for k in ("reference", "verify", "compare"))
+    assert on_device > 0.2, first.meta["stages_s"]
+    queued = sorted((first, second), key=lambda r: r.meta["stages_s"]["device_queue"])
+    assert queued[0].meta["stages_s"]["device_queue"] < 0.5 * on_device
+    assert queued[1].meta["stages_s"]["device_queue"] > 0.5 * on_device, queued[1].meta["stages_s"]

@@ -29,6 +29,7 @@ import itertools
 import os
 import queue
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -120,7 +121,10 @@ class SandboxPool:
         self._compile = ThreadPoolExecutor(
             max_workers=n_compile, thread_name_prefix="sandbox-compile"
         )
-        self._queue: queue.Queue[tuple[Future[Prepared], Future[EvalResult]] | None] = queue.Queue()
+        # (compiled, result, when it was compiled); None stops a device worker
+        self._queue: queue.Queue[tuple[Future[Prepared], Future[EvalResult], float] | None] = (
+            queue.Queue()
+        )
         self._workers = [
             threading.Thread(
                 target=self._device_loop,
@@ -142,11 +146,14 @@ class SandboxPool:
 
     # -- stages ----------------------------------------------------------------------------
 
-    def _prepare(self, c: Candidate) -> Prepared:
+    def _prepare(self, c: Candidate, submitted: float) -> Prepared:
+        waited = time.monotonic() - submitted
         slot = getattr(self._local, "slot", None)
         if slot is None:
             slot = self._local.slot = next(self._slots)
-        return prepare(c, self.config, backend=self.backend, slot=slot)
+        p = prepare(c, self.config, backend=self.backend, slot=slot)
+        _note_wait(p, "compile_queue", waited)
+        return p
 
     def _device_loop(self, device: str, domain: str, slot: int) -> None:
         gpu = device if self.backend == "cuda" else None
@@ -155,11 +162,11 @@ class SandboxPool:
             item = self._queue.get()
             if item is None:
                 return
-            pf, rf = item
+            pf, rf, compiled = item
             try:
-                r = run_on_device(
-                    pf.result(), gpu=gpu, slot=slot, gate=gate, mem_fraction=self.mem_fraction
-                )
+                p = pf.result()
+                _note_wait(p, "device_queue", time.monotonic() - compiled)
+                r = run_on_device(p, gpu=gpu, slot=slot, gate=gate, mem_fraction=self.mem_fraction)
                 r.meta.setdefault("worker", device)
                 r.meta.setdefault("workers_on_device", self.workers_per_device)
                 r.meta.setdefault("pool_pid", os.getpid())  # the process whose pool ran it
@@ -174,8 +181,8 @@ class SandboxPool:
         if self._closed:
             raise RuntimeError("pool is closed")
         rf: Future[EvalResult] = Future()
-        pf = self._compile.submit(self._prepare, candidate)
-        pf.add_done_callback(lambda f: self._queue.put((f, rf)))
+        pf = self._compile.submit(self._prepare, candidate, time.monotonic())
+        pf.add_done_callback(lambda f: self._queue.put((f, rf, time.monotonic())))
         return rf
 
     def evaluate(self, candidate: Candidate) -> EvalResult:
@@ -224,3 +231,12 @@ class SandboxPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _note_wait(p: Prepared, stage: str, seconds: float) -> None:
+    """Record the pool's queueing ``stage`` (``compile_queue``: submitted until a compile worker
+    took it; ``device_queue``: compiled until a device worker took it) in the candidate's stage
+    times, also on a result that ``prepare`` already decided (a static reject)."""
+    p.stages[stage] = seconds
+    if p.result is not None:
+        p.result.meta.setdefault("stages_s", {})[stage] = round(seconds, 3)
