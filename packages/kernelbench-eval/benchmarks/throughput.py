@@ -471,9 +471,9 @@ def run_service(
     its own session, with ``ours``' fresh caches and seeded baselines): ``clients`` threads take
     the candidates in batch order until ``feed_s`` has passed, each one request at a time
     (``ServiceClient.evaluate``), and write each result as ``kernelbench-eval run`` writes it
-    (``with_run_meta``) plus ``meta.service``: the request's wall clock and its overhead over the
-    evaluation's own ``seconds`` (HTTP, JSON and the wait for a compile worker of the pool,
-    which ``seconds`` does not count). Candidates with a result in ``results.jsonl`` (by bench
+    (``with_run_meta``) plus ``meta.service``: the request's wall clock, the pool's wait for a
+    compile worker (``stages_s.compile_queue``), and the overhead: the wall clock less the
+    evaluation's own ``seconds`` and that wait (HTTP, JSON, the server's threads). Candidates with a result in ``results.jsonl`` (by bench
     id) are skipped. At ``timeout_s`` no request starts, the server is stopped (SIGTERM to its
     group, SIGKILL after 20 s) and the requests in flight are abandoned. ``guard_policy``: the
     batch's (``kernelbench``, ``run``'s default; the service's own default is ``strict``).
@@ -582,9 +582,13 @@ def run_service(
                             break
                         wall = time.time() - t
                         r = with_run_meta(c, r, policy)
+                        # `seconds` starts when a compile worker takes the candidate: the wait
+                        # before that is the pool's (`compile_queue`), not the service's
+                        queued = float((r.meta.get("stages_s") or {}).get("compile_queue") or 0.0)
                         svc = {
                             "request_s": round(wall, 3),
-                            "overhead_s": round(wall - r.seconds, 3),
+                            "compile_queue_s": round(queued, 3),
+                            "overhead_s": round(wall - r.seconds - queued, 3),
                         }
                         if retries:
                             svc["busy_retries"] = retries
@@ -812,12 +816,13 @@ def summary_md(s: dict[str, Any]) -> str:
         lost = [e for e in run.get("errors") or [] if not e.get("retried")]
         lines += [
             "",
-            f"Through the service ({run.get('clients')} clients): overhead per request over the "
+            f"Through the service ({run.get('clients')} clients): overhead per request (its wall "
+            "clock less the pool's compile queue and the "
             + (
-                f"evaluation's own seconds: median {o['median']} s, p90 {o['p90']} s, max "
+                f"evaluation's own seconds): median {o['median']} s, p90 {o['p90']} s, max "
                 f"{o['max']} s (min {o.get('min')} s; {o['n']} results); "
                 if o.get("n")
-                else "evaluation's own seconds: no results; "
+                else "evaluation's own seconds): no results; "
             )
             + f"{run.get('busy_retries', 0)} busy "
             f"answers retried, {len(lost)} errors, {len(run.get('abandoned') or [])} requests "
