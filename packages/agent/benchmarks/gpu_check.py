@@ -245,6 +245,34 @@ def time_split(trs: list) -> dict:
     return out
 
 
+class CountingEnv:
+    """``env`` (a ``SandboxEnv``) with its final evaluations counted: how many were submitted
+    and finished, and when (seconds from ``t0``)."""
+
+    def __init__(self, env, t0: float):
+        self._env, self._t0 = env, t0
+        self._submitted: list[float] = []
+        self._finished: list[float] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self._env, name)
+
+    def submit(self, candidate):
+        self._submitted.append(time.monotonic() - self._t0)
+        fut = self._env.submit(candidate)
+        fut.add_done_callback(lambda f: self._finished.append(time.monotonic() - self._t0))
+        return fut
+
+    def progress(self) -> dict:
+        sub, fin = list(self._submitted), sorted(self._finished)
+        return {
+            "evaluations_submitted": len(sub),
+            "first_submitted_s": round(min(sub), 1) if sub else None,
+            "evaluations_finished": len(fin),
+            "finished_at_s": [round(x, 1) for x in fin],
+        }
+
+
 class UniqueSourcesScript:
     """The scripted turns, with each episode's C++/CUDA sources made unique by a comment (as
     different episodes' kernels are in training), so that no episode's compile is a cache hit."""
@@ -252,10 +280,16 @@ class UniqueSourcesScript:
     def __init__(self, tokenizer, files: dict[str, str], run: str):
         self.tokenizer, self.name, self.files, self.run = tokenizer, "scripted", files, run
         self._by_key: dict = {}
+        self._last_turn: float | None = None
+
+    def last_turn_s(self, t0: float) -> float | None:
+        """Seconds from ``t0`` to the last turn generated (None: none yet)."""
+        return None if self._last_turn is None else round(self._last_turn - t0, 1)
 
     def generate(self, contexts, max_new_tokens, keys=None):
         from cuda_agent.agent.policy import ScriptedPolicy
 
+        self._last_turn = time.monotonic()
         out = []
         for i, ctx in enumerate(contexts):
             key = keys[i] if keys is not None else i
@@ -289,15 +323,37 @@ def section_concurrent(tok) -> None:
     }
     REPORT["concurrent"] = out
 
-    def episodes(jobs: list, tool_workers: int, run: str) -> tuple[list, float]:
+    def episodes(jobs: list, tool_workers: int, run: str) -> tuple[list | None, float]:
+        """The episodes of ``jobs`` in one runner; (None, wall) when the budget ends first, with
+        how far they got in ``out[run]`` (turns, evaluations submitted and done, when)."""
         ws = Path(tempfile.mkdtemp(prefix="agent-concurrent-"))
         ws.chmod(0o755)
         cfg = EpisodeConfig(max_turns=10, tool_workers=tool_workers, bash_timeout=300.0)
         policy = UniqueSourcesScript(tok, files, run)
         t = time.monotonic()
-        with env_for(ws, wpg) as env:
-            trs = EpisodeRunner(policy, env, cfg, ws).run(jobs)
-        return trs, time.monotonic() - t
+        done: list = []
+        sandbox_env = env_for(ws, wpg)
+        env = CountingEnv(sandbox_env, t)
+        th = threading.Thread(
+            target=lambda: done.append(EpisodeRunner(policy, env, cfg, ws).run(jobs)),
+            daemon=True,
+        )
+        th.start()
+        th.join(timeout=max(1.0, left() - 10))
+        if th.is_alive():  # a cut run still says where its time went; main() exits at once
+            out[run] = {
+                "unfinished": True,
+                "episodes": len(jobs),
+                "elapsed_s": round(time.monotonic() - t, 1),
+                "last_turn_s": policy.last_turn_s(t),
+                **env.progress(),
+            }
+            REPORT["unfinished"] = True
+            log(f"concurrent: {run} unfinished: {out[run]}")
+            save()
+            return None, time.monotonic() - t
+        sandbox_env.close()
+        return done[0], time.monotonic() - t
 
     def summary(trs: list, wall: float) -> dict:
         return {
@@ -314,6 +370,8 @@ def section_concurrent(tok) -> None:
     # the concurrent run first: it pays the task's baseline timing (cached after), so the serial
     # episodes' rate is the warm one and the ratio is not inflated by it
     trs, wall = episodes([(task, k) for k in range(n)], min(n, 16), "concurrent")
+    if trs is None:
+        return
     out["concurrent"] = summary(trs, wall)
     log(f"concurrent: {out['concurrent']}")
     save()
@@ -322,6 +380,8 @@ def section_concurrent(tok) -> None:
         if left() < 60:
             break
         trs, wall = episodes([(task, k)], 1, f"serial{k}")
+        if trs is None:
+            break
         serial_trs += trs
         serial_wall += wall
     if serial_trs:
@@ -494,6 +554,9 @@ def main() -> None:
         save()
     save()
     log(f"done in {time.monotonic() - T0:.1f}s -> {OUT / 'agent_gpu.json'}")
+    if REPORT.get("unfinished"):  # episodes still running: do not wait for their pool at exit
+        sys.stdout.flush()
+        os._exit(3)
 
 
 if __name__ == "__main__":
