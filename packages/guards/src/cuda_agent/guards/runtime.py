@@ -166,11 +166,9 @@ def perturbed(inputs: Sequence[Any], seed: int = 1234) -> list[Any]:
             if x.device not in gens:
                 gens[x.device] = torch.Generator(device=x.device).manual_seed(seed)
             noise = torch.randn(x.shape, generator=gens[x.device], device=x.device).to(x.dtype)
-            out.append(
-                (noise * scale + mean).to(x.dtype).contiguous()
-                if x.is_contiguous()
-                else (noise * scale + mean).to(x.dtype)
-            )
+            # in place: the same values as ``noise * scale + mean`` without two more temporaries
+            # of the input's size (an 8 GB input's probe peaked at 5x its size on the H200)
+            out.append(noise.mul_(scale).add_(mean))
         elif isinstance(x, torch.Tensor) and x.numel() > 1:
             out.append(torch.roll(x, 1).clone())
         else:
