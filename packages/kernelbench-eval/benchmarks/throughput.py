@@ -473,9 +473,10 @@ def run_service(
     (``ServiceClient.evaluate``), and write each result as ``kernelbench-eval run`` writes it
     (``with_run_meta``) plus ``meta.service``: the request's wall clock, the pool's wait for a
     compile worker (``stages_s.compile_queue``), and the overhead: the wall clock less the
-    evaluation's own ``seconds`` and that wait (HTTP, JSON, the server's threads). Candidates with a result in ``results.jsonl`` (by bench
-    id) are skipped. At ``timeout_s`` no request starts, the server is stopped (SIGTERM to its
-    group, SIGKILL after 20 s) and the requests in flight are abandoned. ``guard_policy``: the
+    evaluation's own ``seconds`` and that wait (HTTP, JSON, the server's threads). Candidates
+    with a result in ``results.jsonl`` (by bench id) are skipped. At ``timeout_s`` no request
+    starts, the server is stopped (SIGTERM to its group, SIGKILL after 20 s) and the requests in
+    flight are abandoned. ``guard_policy``: the
     batch's (``kernelbench``, ``run``'s default; the service's own default is ``strict``).
     Service errors are kept in run.json's ``errors``; a ``busy`` answer is retried after its
     Retry-After. Returns (and writes to run.json) the wall clock and counts."""
