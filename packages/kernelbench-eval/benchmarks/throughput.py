@@ -687,7 +687,7 @@ def _matches(expected: str | None, r: dict[str, Any]) -> bool | None:
 
 
 # stages that run before anything reaches the GPU (a static guard's rejection ends there)
-HOST_STAGES = frozenset({"static_guards", "compile", "admission_wait"})
+HOST_STAGES = frozenset({"compile_queue", "static_guards", "compile", "admission_wait"})
 
 
 def reached_device(r: dict[str, Any]) -> bool:

@@ -13,7 +13,7 @@ from cuda_agent.sandbox.evaluate import prepare, run_on_device
 from cuda_agent.sandbox.gate import DeviceGate, Occupant, device_gate
 from cuda_agent.sandbox.isolation import Limits, run_confined
 
-from .conftest import kb_candidate
+from .conftest import fixture_files, kb_candidate, workdir_candidate
 
 HEAD = (
     "import os, sys\nimport torch\nimport torch.nn as nn\n\n"
@@ -163,18 +163,51 @@ def test_cuda_pool_layout_without_running_anything():
         assert len(pool._workers) == 1 and pool.mem_fraction is None  # today's behaviour
 
 
-def test_pool_records_the_time_each_candidate_queued(cache_dir, scale_add_task):
-    """``compile_queue`` / ``device_queue`` in ``stages_s``: with one device worker the second
-    candidate waits for the first's device half, the first does not wait."""
+def test_pool_records_the_wait_for_a_compile_worker(cache_dir, scale_add_task):
+    """``stages_s.compile_queue``: with one compile worker the second candidate waits for the
+    first's compile, the first does not wait."""
     cfg = SandboxConfig(backend="cpu", cache_dir=str(cache_dir), guard_policy="off", timing=False)
-    cands = [kb_candidate(scale_add_task, VALID + f"\n# variant {i}\n") for i in range(2)]
-    with SandboxPool(cfg, compile_workers=2, cpu_workers=1) as pool:
-        first, second = list(pool.map(cands))
-    assert first.status is Status.OK and second.status is Status.OK
-    for r in (first, second):
-        assert r.meta["stages_s"]["compile_queue"] >= 0 and r.meta["stages_s"]["device_queue"] >= 0
-    on_device = sum(first.meta["stages_s"].get(k, 0.0) for k in ("reference", "verify", "compare"))
-    assert on_device > 0.2, first.meta["stages_s"]
-    queued = sorted((first, second), key=lambda r: r.meta["stages_s"]["device_queue"])
-    assert queued[0].meta["stages_s"]["device_queue"] < 0.5 * on_device
-    assert queued[1].meta["stages_s"]["device_queue"] > 0.5 * on_device, queued[1].meta["stages_s"]
+    first, second = (
+        workdir_candidate(
+            scale_add_task,
+            fixture_files("scale_add"),
+            **{"kernels/ops.cpp": fixture_files("scale_add")["kernels/ops.cpp"] + f"\n// q{i}\n"},
+        )
+        for i in (time.time_ns(), time.time_ns() + 1)  # new sources: compiles, not cache hits
+    )
+    with SandboxPool(cfg, compile_workers=1, cpu_workers=2) as pool:
+        a, b = list(pool.map([first, second]))
+    assert a.status is Status.OK and b.status is Status.OK, (a.message, b.message)
+    assert a.compile is not None and a.compile.seconds > 0.1
+    assert a.meta["stages_s"]["compile_queue"] < 0.5 * a.compile.seconds
+    assert b.meta["stages_s"]["compile_queue"] > 0.5 * a.compile.seconds, b.meta["stages_s"]
+
+
+def test_a_static_rejection_does_not_wait_behind_device_work(cache_dir, scale_add_task):
+    """A verdict the CPU half decided (here the strict policy's static rejection of a torch-only
+    ModelNew) is delivered when it is decided, not after the device work queued before it: one
+    device worker, two honest workdir candidates ahead of it."""
+    cfg = SandboxConfig(
+        backend="cpu", cache_dir=str(cache_dir), guard_policy="strict", timing=False
+    )
+    honest = [
+        workdir_candidate(
+            scale_add_task,
+            fixture_files("scale_add"),
+            **{"kernels/ops.cpp": fixture_files("scale_add")["kernels/ops.cpp"] + f"\n// r{i}\n"},
+        )
+        for i in (time.time_ns(), time.time_ns() + 1)
+    ]
+    rejected = kb_candidate(scale_add_task, VALID)  # torch operators only: G-NO-KERNEL
+    done: list[str] = []
+    with SandboxPool(cfg, compile_workers=1, cpu_workers=1) as pool:
+        futs = [pool.submit(c) for c in [*honest, rejected]]
+        for f, name in zip(futs, ["honest0", "honest1", "rejected"], strict=True):
+            f.add_done_callback(lambda _f, n=name: done.append(n))
+        results = [f.result() for f in futs]
+    assert [r.status for r in results] == [Status.OK, Status.OK, Status.GUARD_VIOLATION], [
+        r.message for r in results
+    ]
+    # compiled last, while the one device worker still had the second honest candidate to run
+    assert done.index("rejected") < done.index("honest1"), done
+    assert "worker" not in results[2].meta  # no device worker handled it

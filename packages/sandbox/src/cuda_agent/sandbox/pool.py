@@ -121,10 +121,7 @@ class SandboxPool:
         self._compile = ThreadPoolExecutor(
             max_workers=n_compile, thread_name_prefix="sandbox-compile"
         )
-        # (compiled, result, when it was compiled); None stops a device worker
-        self._queue: queue.Queue[tuple[Future[Prepared], Future[EvalResult], float] | None] = (
-            queue.Queue()
-        )
+        self._queue: queue.Queue[tuple[Future[Prepared], Future[EvalResult]] | None] = queue.Queue()
         self._workers = [
             threading.Thread(
                 target=self._device_loop,
@@ -152,7 +149,10 @@ class SandboxPool:
         if slot is None:
             slot = self._local.slot = next(self._slots)
         p = prepare(c, self.config, backend=self.backend, slot=slot)
-        _note_wait(p, "compile_queue", waited)
+        # before prepare's clock: a decided result's stages are written already
+        p.stages["compile_queue"] = waited
+        if p.result is not None:
+            p.result.meta.setdefault("stages_s", {})["compile_queue"] = round(waited, 3)
         return p
 
     def _device_loop(self, device: str, domain: str, slot: int) -> None:
@@ -162,11 +162,11 @@ class SandboxPool:
             item = self._queue.get()
             if item is None:
                 return
-            pf, rf, compiled = item
+            pf, rf = item
             try:
-                p = pf.result()
-                _note_wait(p, "device_queue", time.monotonic() - compiled)
-                r = run_on_device(p, gpu=gpu, slot=slot, gate=gate, mem_fraction=self.mem_fraction)
+                r = run_on_device(
+                    pf.result(), gpu=gpu, slot=slot, gate=gate, mem_fraction=self.mem_fraction
+                )
                 r.meta.setdefault("worker", device)
                 r.meta.setdefault("workers_on_device", self.workers_per_device)
                 r.meta.setdefault("pool_pid", os.getpid())  # the process whose pool ran it
@@ -182,8 +182,17 @@ class SandboxPool:
             raise RuntimeError("pool is closed")
         rf: Future[EvalResult] = Future()
         pf = self._compile.submit(self._prepare, candidate, time.monotonic())
-        pf.add_done_callback(lambda f: self._queue.put((f, rf, time.monotonic())))
+        pf.add_done_callback(lambda f: self._to_device(f, rf))
         return rf
+
+    def _to_device(self, pf: Future[Prepared], rf: Future[EvalResult]) -> None:
+        """A compiled candidate to the device workers' queue; one whose verdict the CPU half
+        already decided (a static rejection, a compile error) is delivered at once instead of
+        waiting behind others' device work for a worker that would only hand it back."""
+        if pf.exception() is None and pf.result().result is not None:
+            rf.set_result(run_on_device(pf.result()))  # its decided result, its dirs removed
+            return
+        self._queue.put((pf, rf))
 
     def evaluate(self, candidate: Candidate) -> EvalResult:
         """Evaluate one candidate (blocking)."""
@@ -231,12 +240,3 @@ class SandboxPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _note_wait(p: Prepared, stage: str, seconds: float) -> None:
-    """Record the pool's queueing ``stage`` (``compile_queue``: submitted until a compile worker
-    took it; ``device_queue``: compiled until a device worker took it) in the candidate's stage
-    times, also on a result that ``prepare`` already decided (a static reject)."""
-    p.stages[stage] = seconds
-    if p.result is not None:
-        p.result.meta.setdefault("stages_s", {})[stage] = round(seconds, 3)
