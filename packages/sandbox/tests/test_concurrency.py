@@ -4,6 +4,7 @@ its timing start-up, and a runtime error met while sharing the device is re-run 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -211,3 +212,4 @@ def test_a_static_rejection_does_not_wait_behind_device_work(cache_dir, scale_ad
     # compiled last, while the one device worker still had the second honest candidate to run
     assert done.index("rejected") < done.index("honest1"), done
     assert "worker" not in results[2].meta  # no device worker handled it
+    assert results[2].meta["pool_pid"] == os.getpid()

@@ -190,7 +190,9 @@ class SandboxPool:
         already decided (a static rejection, a compile error) is delivered at once instead of
         waiting behind others' device work for a worker that would only hand it back."""
         if pf.exception() is None and pf.result().result is not None:
-            rf.set_result(run_on_device(pf.result()))  # its decided result, its dirs removed
+            r = run_on_device(pf.result())  # its decided result, its directories removed
+            r.meta.setdefault("pool_pid", os.getpid())  # no device worker: no meta.worker
+            rf.set_result(r)
             return
         self._queue.put((pf, rf))
 
