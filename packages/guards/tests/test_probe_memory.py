@@ -116,26 +116,36 @@ def test_pointer_cache_is_caught_when_the_allocator_reuses_addresses() -> None:
         assert any("cache keyed by pointer" in s for s in msgs), [f.code for f in findings]
 
 
-FINGERPRINT_PEAK = r"""
+TENSOR_PEAK = r"""
 import resource, sys, torch
-from cuda_agent.guards.runtime import fingerprint
-mb = int(sys.argv[1])
+from cuda_agent.guards.runtime import fingerprint, perturbed
+torch.set_num_threads(1)
+call, mb = sys.argv[1], int(sys.argv[2])
 x = torch.randn(mb * (1 << 20) // 4)
 x.add_(1.0)  # touched: its pages count before the measurement
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-fingerprint(x)
+kept = {"fingerprint": lambda: fingerprint(x), "perturbed": lambda: perturbed([x])}[call]()
 print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base) / mb)
 """
+
+
+def peak_over_tensor(call: str, mb: int) -> float:
+    """The host peak memory of ``call`` (``fingerprint`` or ``perturbed``) on an ``mb`` MiB
+    float tensor, in units of the tensor's size, measured in a fresh process."""
+    r = subprocess.run(
+        [sys.executable, "-c", TENSOR_PEAK, call, str(mb)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    return float(r.stdout.splitlines()[-1])
 
 
 def test_fingerprint_peak_memory_is_a_slice_not_the_tensor() -> None:
     # an int64 sum casts its input: over the whole tensor that was a temporary of twice its size
     # (16 GiB for an 8 GiB KernelBench input: an honest reduction kernel ran out of its share)
-    r = subprocess.run(
-        [sys.executable, "-c", FINGERPRINT_PEAK, "512"], capture_output=True, text=True, timeout=300
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    peak = float(r.stdout.splitlines()[-1])
+    peak = peak_over_tensor("fingerprint", 512)
     assert peak <= 0.5, f"fingerprint's peak is {peak:.2f} x the tensor's size (whole: 2.3)"
 
 
@@ -157,27 +167,10 @@ def test_fingerprint_slices_give_the_whole_tensor_sums() -> None:
     assert runtime.fingerprint(y, slice_elements=64) != runtime.fingerprint(z, slice_elements=64)
 
 
-PERTURBED_PEAK = r"""
-import resource, sys, torch
-from cuda_agent.guards.runtime import perturbed
-torch.set_num_threads(1)
-mb = int(sys.argv[1])
-x = torch.randn(mb * (1 << 20) // 4)
-x.add_(1.0)  # touched: its pages count before the measurement
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-v = perturbed([x])
-print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base) / mb)
-"""
-
-
 def test_perturbed_inputs_cost_one_copy_of_the_input() -> None:
     # ``noise * scale + mean`` made two more input-sized temporaries: the probe's pointer-cache
     # step then held 5x an 8 GB input on the H200 (the verification process's peak)
-    r = subprocess.run(
-        [sys.executable, "-c", PERTURBED_PEAK, "128"], capture_output=True, text=True, timeout=300
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    peak = float(r.stdout.splitlines()[-1])
+    peak = peak_over_tensor("perturbed", 128)
     assert peak <= 1.5, f"perturbed's peak is {peak:.2f} x the input's size (before: 3.0)"
 
 
