@@ -261,9 +261,11 @@ sec_kb-throughput() {  # issue 28: the fixed batch of real KernelBench work thro
 sec_kb-throughput-serial() {  # issue 28: the same batch one candidate at a time (one worker, window
   # 1), then verdicts and honest speed-ups against the concurrent run: $WORK/kb-throughput/batch
   # of this call, else KBT_CONCURRENT_FROM (a results.jsonl). KBT_SERIAL_FROM (a results.jsonl of
-  # an earlier call) is continued (resume), so the serial batch can span calls
+  # an earlier call) is continued (resume), so the serial batch can span calls; KBT_BASELINES_FROM
+  # seeds its baselines as in kb-throughput
   local d=$1 lim=$2 B=packages/kernelbench-eval/benchmarks
   local targ=(); [ -n "${KBT_TIMING:-}" ] && targ=("--run-arg=--timing-config=$KBT_TIMING")
+  [ -n "${KBT_BASELINES_FROM:-}" ] && targ+=(--baselines-from "$KBT_BASELINES_FROM")
   python3 $B/throughput_batch.py build -o "$d/batch.jsonl" --min 0 \
     --positive "${KBT_POSITIVE:-packages/kernelbench-eval/corpus/positive}" || return 1
   mkdir -p "$d/serial"
