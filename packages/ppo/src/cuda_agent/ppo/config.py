@@ -68,6 +68,13 @@ class SandboxCfg(_Cfg):
     guard_policy: Literal["strict", "kernelbench", "off"] = "strict"
     timing: bool = True  # time candidates (needed for rewards above 1)
     compile_baseline: bool | None = None  # None: on for cuda, off for cpu
+    # evaluate every rank's episodes on a Ray cluster (RayPool; the `ray` extra) instead of a
+    # pool of each rank's own: "auto" (the running cluster), "local" (start one here), HOST:PORT
+    # or ray://...; one fleet for the whole run. None: each rank's own local pool
+    ray_address: str | None = None
+    # with ray_address: the fleet's workers (default: the cluster's GPUs; its CPUs on cpu). Every
+    # rank starts its own fleet: with several ranks give each its share of the cluster
+    ray_workers: int | None = None
 
 
 class RewardCfg(_Cfg):
