@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -83,6 +84,14 @@ class Running:
     def work_done(self) -> tuple[int, int, int]:
         """(submits, bash commands, workspaces made) so far."""
         return self.pool.submits, self.env.bash_calls, self.env.workspaces_made
+
+    def wait_idle(self, timeout_s: float = 120.0) -> None:
+        """Until no request holds a slot: an earlier test's evaluation keeps its slot to its end,
+        even after its request was answered (a 504), and would make this test's requests 503s."""
+        deadline = time.monotonic() + timeout_s
+        while self.client.health().in_flight:
+            assert time.monotonic() < deadline, "the service never became idle"
+            time.sleep(0.05)
 
 
 @contextlib.contextmanager

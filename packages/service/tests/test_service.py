@@ -68,6 +68,13 @@ def error_of(exc: pytest.ExceptionInfo[ServiceError]) -> tuple[int, str, str]:
 # ---------------------------------------------------------------- what works
 
 
+@pytest.fixture(autouse=True)
+def _strict_service_idle(request):
+    """Each test that uses the module's strict service starts with all its slots free."""
+    if "strict" in request.fixturenames:
+        request.getfixturevalue("strict").wait_idle()
+
+
 def test_health_needs_no_token_and_runs_nothing(strict):
     before = strict.work_done()
     h = strict.client.health()
