@@ -11,10 +11,18 @@
 #   SER: issue 28's serial-vs-concurrent verdicts: the batch one candidate at a time, compared
 #        with session 28's concurrent run (docs/lab/session28/s/batch-results.jsonl); carry
 #        .whl .gpu-data (baselines seeded as in KT). Continue it in a later call with KBT_SERIAL_FROM=<its results.jsonl>.
+#   R31: issue 31's H200 items, part 1: the positive corpus under the robust setting
+#        (`positive_corpus.py run --robust`, kernelbench policy, paired eager, 8 workers;
+#        resumable: ROBUST_FROM=<an earlier call's results-*.jsonl>), the fraction that kept
+#        passing and why in robust/check.md; then the GPU tests of the stress trials and the
+#        shape check; carry .whl
+#   MA:  issue 31's H200 items, part 2: a real subset (PROBLEMS, default level 1 problems
+#        19,23,24, the positive corpus's solutions) run with the compile baseline in default and
+#        in max-autotune mode, and one `kernelbench-eval report` over both; carry .whl
 set -u
 T0=$(date +%s)
 left() { echo $(( ${DEADLINE_S:-585} - ($(date +%s) - T0) )); }
-case ${CALL:?CALL=AG, KT or SER} in
+case ${CALL:?CALL=AG, KT, SER, R31 or MA} in
   AG)
     SECTIONS=concurrent CONCURRENT=${CONCURRENT:-32} SERIAL=${SERIAL:-2} WORKERS_PER_GPU=${WORKERS_PER_GPU:-16} \
       WARMUP=1 BUDGET_S=$(( $(left) - 10 )) bash bin/gpu-check-agent.sh ;;
@@ -25,5 +33,24 @@ case ${CALL:?CALL=AG, KT or SER} in
   SER)
     KBT_CONCURRENT_FROM=${KBT_CONCURRENT_FROM:-docs/lab/session28/s/batch-results.jsonl} KBT_BASELINES_FROM=.gpu-data/kbt \
       DEADLINE_S=$(( $(left) - 5 )) LANE0="kb-throughput-serial" bash bin/gpu-check.sh ;;
-  *) echo "CALL=$CALL: AG, KT or SER" >&2; exit 2 ;;
+  R31)
+    . bin/gpu-env.sh; B=packages/kernelbench-eval/benchmarks; R=${OUT:-gpu-out}/robust; mkdir -p "$R"
+    [ -n "${ROBUST_FROM:-}" ] && cp "$ROBUST_FROM" "$R/results-kernelbench-paired-robust-1.jsonl"
+    timeout -k 5 $(( $(left) - 200 )) python3 $B/positive_corpus.py run --policy kernelbench --runs 1 \
+      --robust --paired-eager --workers-per-gpu 8 --out "$R" > "$R/check.md" 2> "$R/run.log"
+    python3 $B/positive_corpus.py check "$R/results-kernelbench-paired-robust-1.jsonl" > "$R/check.md"
+    tail -12 "$R/check.md"
+    timeout -k 5 $(( $(left) - 10 )) python3 -m pytest -o addopts=--import-mode=importlib -v \
+      packages/sandbox/tests/test_gpu_stress_trials.py packages/sandbox/tests/test_gpu_shape_check.py \
+      2>&1 | tee "$R/tests.txt" | tail -15 ;;
+  MA)
+    . bin/gpu-env.sh; B=packages/kernelbench-eval/benchmarks; M=${OUT:-gpu-out}/autotune; mkdir -p "$M"
+    for mode in default max-autotune; do
+      timeout -k 5 $(( $(left) / 2 - 20 )) python3 $B/positive_corpus.py run --policy kernelbench --runs 1 \
+        --levels 1 --problems "${PROBLEMS:-19,23,24}" --compile-baseline --baseline-compile-mode $mode \
+        --paired-eager --out "$M" > "$M/check-$mode.md" 2> "$M/run-$mode.log"
+    done
+    cat "$M"/results-*.jsonl | python3 -m cuda_agent.kernelbench_eval.cli report --tasks "$M/tasks.jsonl" \
+      --out-dir "$M/report" > "$M/report.json"; cat "$M/report/report.md" ;;
+  *) echo "CALL=$CALL: AG, KT, SER, R31 or MA" >&2; exit 2 ;;
 esac

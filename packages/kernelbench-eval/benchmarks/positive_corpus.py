@@ -13,8 +13,13 @@ Usage (repo root, after ``. bin/gpu-env.sh`` on the GPU machine):
 ``run`` is ``kernelbench-eval tasks --root corpus/positive | solutions --dir
 corpus/positive/solutions | run --backend cuda --guard-policy P`` (resumable: ``-o --resume``;
 run ``i`` writes ``OUT/results-<P>-<i>.jsonl``, ``results-<P>-paired-<i>.jsonl`` with
-``--paired-eager``; ``--no-compile-baseline`` unless ``--compile-baseline``), then ``check`` on what it wrote. ``check``
-prints one row per solution and a summary, and writes ``--json`` when asked.
+``--paired-eager``, ``-robust`` before the run number with ``--robust`` (the robust setting,
+``--stress-trials --shape-check``) and ``-<mode>`` with ``--baseline-compile-mode``; ``--no-compile-baseline`` unless ``--compile-baseline``), then
+``check`` on what it wrote. ``check`` prints one row per solution and a summary, and writes
+``--json`` when asked. On results of the robust setting it adds how many of the solutions
+expected ``ok`` kept passing and, for the others, why (the stress variant failed, the shape
+check, another status), and which stress variants were skipped because the reference itself is
+unstable under them (reported, not failed).
 
 A false rejection: a ``guard_violation`` where the corpus expects ``ok``, or one whose rejecting
 codes do not include the expected code. Exit codes: 0 all as expected; 1 at least one false
@@ -29,6 +34,7 @@ import argparse
 import json
 import subprocess
 import sys
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -194,6 +200,53 @@ def table(rows: list[Row], policy: str, nruns: int) -> str:
     return "\n".join(out) + "\n"
 
 
+def robust_reasons(r: EvalResult | None) -> list[str]:
+    """Why a result of the robust setting is not ``ok``: each failed stress variant, a failed
+    shape check, or else its status; [] for ``ok``."""
+    if r is None:
+        return ["no result"]
+    if str(r.status) == "ok":
+        return []
+    stress = r.meta.get("stress_trials") or {}
+    out = [f"stress trial `{f['variant']}`" for f in stress.get("failed", [])]
+    shape = r.meta.get("shape_check") or {}
+    if shape.get("passed") is False:
+        out.append("shape check")
+    return out or [f"status `{r.status}`"]
+
+
+def robust_summary(corpus: Corpus, policy: str, run: dict[str, EvalResult]) -> str:
+    """Markdown: of the solutions the corpus expects ``ok`` under ``policy``, how many passed
+    under the robust setting, the others by reason (a solution counts once per reason), and the
+    stress variants skipped because the reference is unstable under them. '' when ``run`` holds
+    no result of stress trials or the shape check."""
+    results = list(run.values())
+    if not any("stress_trials" in r.meta or "shape_check" in r.meta for r in results):
+        return ""
+    honest = [e for e in corpus.entries if e.expected.expected(policy)[0] == "ok"]
+    got = [run.get(e.candidate.solution.id) for e in honest]
+    passed = sum(r is not None and str(r.status) == "ok" for r in got)
+    reasons = Counter(x for r in got for x in dict.fromkeys(robust_reasons(r)))
+    unstable = Counter(
+        u["variant"]
+        for r in got
+        if r is not None
+        for u in (r.meta.get("stress_trials") or {}).get("reference_unstable", [])
+    )
+    lines = [
+        "",
+        f"Robust setting: {passed} of {len(honest)} solutions expected `ok` under `{policy}` "
+        f"passed ({passed / max(len(honest), 1):.0%})",
+    ]
+    if reasons:
+        lines += ["", "| why not | solutions |", "|---|---|"]
+        lines += [f"| {k} | {n} |" for k, n in reasons.most_common()]
+    if unstable:
+        skipped = ", ".join(f"`{k}` {n}" for k, n in unstable.most_common())
+        lines += ["", f"Stress variants skipped, the reference unstable under them: {skipped}"]
+    return "\n".join(lines) + "\n"
+
+
 def exit_code(rows: list[Row]) -> int:
     if any(r.verdict == "FALSE-REJECTION" for r in rows):
         return 1
@@ -208,6 +261,8 @@ def check(corpus: Corpus, results: list[Path], policy: str | None, json_out: Pat
     rows = [judge(e, list(zip(pols, runs, strict=True))) for e in corpus.entries]
     pol = " / ".join(dict.fromkeys(pols))
     sys.stdout.write(table(rows, pol, len(runs)))
+    for p, run in zip(pols, runs, strict=True):
+        sys.stdout.write(robust_summary(corpus, p, run))
     if json_out is not None:
         doc = {
             "policy": pol,
@@ -237,12 +292,19 @@ def run(a: argparse.Namespace) -> int:
     _sh(["solutions", "--dir", str(a.root / "solutions")], tasks, cands)
     results = []
     for i in range(1, a.runs + 1):
-        res = out / f"results-{a.policy}{'-paired' if a.paired_eager else ''}-{i}.jsonl"
+        tags = ("-paired" if a.paired_eager else "") + ("-robust" if a.robust else "")
+        if a.baseline_compile_mode not in (None, "default"):
+            tags += f"-{a.baseline_compile_mode}"
+        res = out / f"results-{a.policy}{tags}-{i}.jsonl"
         extra = ["--timing-config", a.timing_config] if a.timing_config else []
         extra += ["--gpus", a.gpus] if a.gpus else []
         extra += ["--workers-per-gpu", str(a.workers_per_gpu)] if a.workers_per_gpu else []
         extra += [] if a.compile_baseline else ["--no-compile-baseline"]
         extra += ["--paired-eager"] if a.paired_eager else []
+        extra += ["--stress-trials", "--shape-check"] if a.robust else []
+        extra += (
+            ["--baseline-compile-mode", a.baseline_compile_mode] if a.baseline_compile_mode else []
+        )
         _sh(
             [
                 "run",
@@ -300,6 +362,17 @@ def main(argv: list[str] | None = None) -> int:
         "--paired-eager",
         action="store_true",
         help="passed to `run`: eager timed again beside each candidate (the 3%% check's lever)",
+    )
+    r.add_argument(
+        "--robust",
+        action="store_true",
+        help="passed to `run` as --stress-trials --shape-check (the robust setting)",
+    )
+    r.add_argument(
+        "--baseline-compile-mode",
+        default=None,
+        help="passed to `run`: the torch.compile mode of the compile baseline (with "
+        "--compile-baseline), e.g. max-autotune",
     )
     c = sub.choices["check"]
     c.add_argument("results", type=Path, nargs="+", help="one or two results.jsonl files")

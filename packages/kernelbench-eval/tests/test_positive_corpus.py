@@ -276,3 +276,66 @@ def test_gpu_checker_on_synthetic_results(tmp_path, capsys):
     # strict's expectation applied to the kernelbench run is a mismatch
     with pytest.raises(SystemExit, match="not --policy strict"):
         bench.main(["check", str(first), str(kb), "--policy", "strict", *L1])
+
+
+def test_gpu_checker_summarises_the_robust_setting(tmp_path, capsys):
+    """On results of the robust setting (stress trials, shape check) `check` says how many
+    solutions expected ok kept passing, why the others did not, and which stress variants the
+    reference's instability skipped; on plain results it says nothing of it."""
+    import msgspec
+
+    from cuda_agent.records import EvalResult, GuardViolation, RecordWriter
+
+    bench = _checker()
+    corpus = load_corpus(levels={1})
+    honest = [e for e in corpus.entries if e.expected.expected("strict")[0] == "ok"]
+    stress_fail, shape_fail = honest[0].candidate.solution.id, honest[1].candidate.solution.id
+    ran = {"variants": ["nan_inf", "denormal", "near_max", "offset"], "failed": []}
+
+    def write(name, robust: bool):
+        p = tmp_path / name
+        with RecordWriter(p) as w:
+            for e in corpus.entries:
+                status, code = e.expected.expected("strict")
+                guards = [GuardViolation(code=code, severity="reject", message="x")] if code else []
+                meta: dict = {"guard_policy": "strict"}
+                if robust:
+                    meta["stress_trials"] = {
+                        **ran,
+                        "reference_unstable": [
+                            {"trial": 5, "variant": "near_max", "reason": "inf"}
+                        ],
+                    }
+                    meta["shape_check"] = {"passed": True}
+                r = EvalResult(
+                    task_id=e.candidate.task.id,
+                    solution_id=e.candidate.solution.id,
+                    backend="cuda",
+                    device="NVIDIA H200",
+                    status=status,
+                    guards=guards,
+                    speedup_vs_eager=None if code else 1.5,
+                    meta=meta,
+                )
+                if robust and r.solution_id == stress_fail:
+                    failed = [{"trial": 6, "variant": "denormal", "message": "mismatch"}]
+                    r = msgspec.structs.replace(
+                        r,
+                        status="incorrect",
+                        meta={**meta, "stress_trials": {**ran, "failed": failed}},
+                    )
+                if robust and r.solution_id == shape_fail:
+                    r = msgspec.structs.replace(
+                        r, status="incorrect", meta={**meta, "shape_check": {"passed": False}}
+                    )
+                w.write(r)
+        return p
+
+    assert bench.main(["check", str(write("plain.jsonl", False)), "--levels", "1"]) == 0
+    assert "Robust setting" not in capsys.readouterr().out
+    assert bench.main(["check", str(write("robust.jsonl", True)), "--levels", "1"]) == 3
+    out = capsys.readouterr().out
+    n = len(honest)
+    assert f"Robust setting: {n - 2} of {n} solutions expected `ok` under `strict` passed" in out
+    assert "| stress trial `denormal` | 1 |" in out and "| shape check | 1 |" in out
+    assert f"the reference unstable under them: `near_max` {n - 1}" in out
