@@ -19,10 +19,14 @@
 #   MA:  issue 31's H200 items, part 2: a real subset (PROBLEMS, default level 1 problems
 #        19,23,24, the positive corpus's solutions) run with the compile baseline in default and
 #        in max-autotune mode, and one `kernelbench-eval report` over both; carry .whl
+#   ACC: issue 30's "fixture runs unchanged": the command of docs/performance.md's fused-task
+#        batch row (2026-12-01, 51e9c42: 16 of 16, 8 pass / 4 incorrect / 4 compile errors,
+#        298.6 per GPU-hour; the agent's tool iteration 1.28 / 15.56 / 30.10 s at c1f7f97) on
+#        the refactored evaluator; carry .whl
 set -u
 T0=$(date +%s)
 left() { echo $(( ${DEADLINE_S:-585} - ($(date +%s) - T0) )); }
-case ${CALL:?CALL=AG, KT, SER, R31 or MA} in
+case ${CALL:?CALL=AG, KT, SER, R31, MA or ACC} in
   AG)
     SECTIONS=concurrent CONCURRENT=${CONCURRENT:-32} SERIAL=${SERIAL:-2} WORKERS_PER_GPU=${WORKERS_PER_GPU:-16} \
       WARMUP=1 BUDGET_S=$(( $(left) - 10 )) bash bin/gpu-check-agent.sh ;;
@@ -52,5 +56,7 @@ case ${CALL:?CALL=AG, KT, SER, R31 or MA} in
     done
     cat "$M"/results-*.jsonl | python3 -m cuda_agent.kernelbench_eval.cli report --tasks "$M/tasks.jsonl" \
       --out-dir "$M/report" > "$M/report.json"; cat "$M/report/report.md" ;;
-  *) echo "CALL=$CALL: AG, KT, SER, R31 or MA" >&2; exit 2 ;;
+  ACC)
+    TOOLS_ROUNDS=3 D_N=16 DEADLINE_S=$(( $(left) - 5 )) LANE0="agent-tools sandbox-d1" bash bin/gpu-check.sh ;;
+  *) echo "CALL=$CALL: AG, KT, SER, R31, MA or ACC" >&2; exit 2 ;;
 esac
