@@ -262,7 +262,8 @@ sec_kb-throughput-serial() {  # issue 28: the same batch one candidate at a time
   # 1), then verdicts and honest speed-ups against the concurrent run: $WORK/kb-throughput/batch
   # of this call, else KBT_CONCURRENT_FROM (a results.jsonl). KBT_SERIAL_FROM (a results.jsonl of
   # an earlier call) is continued (resume), so the serial batch can span calls; KBT_BASELINES_FROM
-  # seeds its baselines as in kb-throughput
+  # seeds its baselines as in kb-throughput; KBT_SERIAL_MODE=device: one candidate at a time on the
+  # device while later ones compile (throughput.py --serial-device), else strictly one at a time
   local d=$1 lim=$2 B=packages/kernelbench-eval/benchmarks
   local targ=(); [ -n "${KBT_TIMING:-}" ] && targ=("--run-arg=--timing-config=$KBT_TIMING")
   [ -n "${KBT_BASELINES_FROM:-}" ] && targ+=(--baselines-from "$KBT_BASELINES_FROM")
@@ -270,7 +271,8 @@ sec_kb-throughput-serial() {  # issue 28: the same batch one candidate at a time
     --positive "${KBT_POSITIVE:-packages/kernelbench-eval/corpus/positive}" || return 1
   mkdir -p "$d/serial"
   [ -n "${KBT_SERIAL_FROM:-}" ] && [ ! -s "$d/serial/results.jsonl" ] && cp "$KBT_SERIAL_FROM" "$d/serial/results.jsonl"
-  python3 $B/throughput.py ours --batch "$d/batch.jsonl" --out "$d/serial" --serial --backend "${KBT_BACKEND:-cuda}" \
+  local mode=--serial; [ "${KBT_SERIAL_MODE:-}" = device ] && mode=--serial-device
+  python3 $B/throughput.py ours --batch "$d/batch.jsonl" --out "$d/serial" $mode --backend "${KBT_BACKEND:-cuda}" \
     --feed-s $(( lim > 200 ? lim - 150 : lim / 4 )) --timeout-s $(( lim - 30 )) "${targ[@]}"
   python3 $B/throughput.py summary "$d/serial" --md | tee "$d/serial/summary.md"
   local conc=$(dirname "$d")/kb-throughput/batch/results.jsonl

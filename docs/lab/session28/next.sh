@@ -10,7 +10,8 @@
 #        Session 28's 100 s window with the default 2 workers finished none of ours on the device.
 #   SER: issue 28's serial-vs-concurrent verdicts: the batch one candidate at a time, compared
 #        with session 28's concurrent run (docs/lab/session28/s/batch-results.jsonl); carry
-#        .whl .gpu-data (baselines seeded as in KT). Continue it in a later call with KBT_SERIAL_FROM=<its results.jsonl>.
+#        .whl .gpu-data (baselines seeded as in KT; one candidate at a time on the device while
+#        later ones compile: KBT_SERIAL_MODE=device, "" for strictly one at a time). Continue it in a later call with KBT_SERIAL_FROM=<its results.jsonl>.
 #   R31: issue 31's H200 items, part 1: the positive corpus under the robust setting
 #        (`positive_corpus.py run --robust`, kernelbench policy, paired eager, 8 workers;
 #        resumable: ROBUST_FROM=<an earlier call's results-*.jsonl>), the fraction that kept
@@ -36,6 +37,7 @@ case ${CALL:?CALL=AG, KT, SER, R31, MA or ACC} in
       DEADLINE_S=$(( $(left) - 5 )) LANE0="kb-throughput" bash bin/gpu-check.sh ;;
   SER)
     KBT_CONCURRENT_FROM=${KBT_CONCURRENT_FROM:-docs/lab/session28/s/batch-results.jsonl} KBT_BASELINES_FROM=.gpu-data/kbt \
+      KBT_SERIAL_MODE=${KBT_SERIAL_MODE:-device} \
       DEADLINE_S=$(( $(left) - 5 )) LANE0="kb-throughput-serial" bash bin/gpu-check.sh ;;
   R31)
     . bin/gpu-env.sh; B=packages/kernelbench-eval/benchmarks; R=${OUT:-gpu-out}/robust; mkdir -p "$R"

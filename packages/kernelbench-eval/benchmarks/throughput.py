@@ -5,7 +5,8 @@ Subcommands (run on the GPU machine from the repo root; ``bin/gpu-check.sh`` sec
 ``kb-throughput`` (its parts ``batch``, ``service``, ``subset``, ``kb``) and
 ``kb-throughput-serial`` call them):
   ours     the batch through ``kernelbench-eval run --backend cuda`` as a user runs it
-           (concurrent: ``--gpus all``; ``--serial``: one candidate at a time, one device worker),
+           (concurrent: ``--gpus all``; ``--serial``: one candidate at a time, one device worker;
+           ``--serial-device``: one at a time on the device while later ones compile),
            fresh caches of its own, wall clock timed; writes results.jsonl and run.json
   service  the batch through the kernel service (``python -m cuda_agent.service serve``, same
            fresh caches and seeded baselines) from ``--clients`` threads, one request each at a
@@ -216,11 +217,25 @@ def drop_caches(out_dir: Path, env: dict[str, str], fresh_cache: bool, info: dic
             shutil.rmtree(out_dir / d, ignore_errors=True)
 
 
+def run_command(backend: str, gpus: str, serial: bool, serial_device: bool = False) -> list[str]:
+    """The ``kernelbench-eval run`` command line of a run: concurrent on ``gpus``; ``serial``: one
+    candidate at a time from its compile to its verdict (one compile job, one device worker,
+    window 1); ``serial_device``: one candidate at a time on the device (one device worker on
+    the first GPU) while later ones compile, which gives the device-side verdicts of a serial
+    run at about the device time alone."""
+    cmd = [sys.executable, "-m", "cuda_agent.kernelbench_eval.cli", "run", "--backend", backend]
+    if not (serial or serial_device):
+        return cmd + ["--gpus", gpus]
+    cmd += ["--gpus", "0" if gpus == "all" else gpus.split(",")[0], "--workers-per-gpu", "1"]
+    return cmd + (["--compile-jobs", "1", "--window", "1"] if serial else [])
+
+
 def run_ours(
     batch: Path,
     out_dir: Path,
     *,
     serial: bool,
+    serial_device: bool = False,
     gpus: str,
     feed_s: float | None,
     timeout_s: float | None,
@@ -240,23 +255,22 @@ def run_ours(
     out_dir.mkdir(parents=True, exist_ok=True)
     results = out_dir / "results.jsonl"
     before = len(read_jsonl(results))
-    cmd = [sys.executable, "-m", "cuda_agent.kernelbench_eval.cli", "run", "--backend", backend]
-    if serial:
-        cmd += ["--gpus", "0" if gpus == "all" else gpus.split(",")[0], "--workers-per-gpu", "1"]
-        cmd += ["--compile-jobs", "1", "--window", "1"]
-    else:
-        cmd += ["--gpus", gpus]
-    cmd += ["-o", str(results), "--resume", *extra]
+    cmd = run_command(backend, gpus, serial, serial_device) + [
+        "-o",
+        str(results),
+        "--resume",
+        *extra,
+    ]
     lines = [x for x in batch.read_bytes().splitlines(keepends=True) if x.strip()]
     env, seeded, cover = bench_env(out_dir, lines, backend, extra, fresh_cache, baselines_from)
     t0 = time.time()
     with open(out_dir / "run.stderr.txt", "ab") as log:
         fed, rc, killed = _run_fed(cmd, env, lines, log, t0, feed_s, timeout_s)
     wall = time.time() - t0
-    n_gpus = 1 if serial else count_gpus(gpus)
+    n_gpus = 1 if serial or serial_device else count_gpus(gpus)
     done = len(read_jsonl(results)) - before
     info = {
-        "label": "serial" if serial else "concurrent",
+        "label": "serial" if serial else "serial-device" if serial_device else "concurrent",
         "command": " ".join(cmd),
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
         "wall_s": round(wall, 1),
@@ -1304,6 +1318,11 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("--batch", type=Path, required=True)
     o.add_argument("--out", type=Path, required=True, help="folder: results.jsonl, run.json")
     o.add_argument("--serial", action="store_true", help="one candidate at a time, one worker")
+    o.add_argument(
+        "--serial-device",
+        action="store_true",
+        help="one candidate at a time on the device (one device worker), compiles ahead",
+    )
     o.add_argument("--gpus", default="all")
     o.add_argument("--backend", default="cuda")
     o.add_argument("--feed-s", type=float, help="stop feeding new candidates after this")
@@ -1383,6 +1402,7 @@ def main(argv: list[str] | None = None) -> int:
             a.batch,
             a.out,
             serial=a.serial,
+            serial_device=a.serial_device,
             gpus=a.gpus,
             feed_s=a.feed_s,
             timeout_s=a.timeout_s,

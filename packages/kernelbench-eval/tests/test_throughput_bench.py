@@ -239,6 +239,18 @@ def test_summary_rate_stages_and_expected(md_row):
     )
 
 
+def test_run_command_of_each_mode():
+    """Concurrent on every GPU; serial: one candidate at a time end to end; serial on the device:
+    one device worker on the first GPU, compiles as usual (ahead of it)."""
+    conc = tp.run_command("cuda", "all", serial=False)
+    assert conc[-2:] == ["--gpus", "all"] and "--workers-per-gpu" not in conc
+    strict = " ".join(tp.run_command("cuda", "2,3", serial=True))
+    assert strict.endswith("--gpus 2 --workers-per-gpu 1 --compile-jobs 1 --window 1")
+    dev = " ".join(tp.run_command("cuda", "all", serial=False, serial_device=True))
+    assert dev.endswith("--gpus 0 --workers-per-gpu 1")
+    assert "--compile-jobs" not in dev and "--window" not in dev
+
+
 def test_compare_verdicts_and_speedups(tmp_path):
     a = [
         _res(0, "ok", speedup=2.0),
