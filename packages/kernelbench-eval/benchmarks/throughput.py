@@ -864,6 +864,42 @@ def _speedup(r: dict[str, Any]) -> float | None:
     return float(v) if isinstance(v, int | float) and v > 0 else None
 
 
+def timed_sides(r: dict[str, Any]) -> dict[str, Any]:
+    """What a speed-up was made of: the candidate's and the eager medians (ms), their sample
+    counts, and the host's busy fraction during the exclusive timed hold (``host_busy`` of its
+    ``time`` phase; None where not recorded)."""
+    t = r.get("timing") or {}
+    out: dict[str, Any] = {}
+    for side in ("candidate", "eager"):
+        st = t.get(side) or {}
+        out[f"{side}_ms"] = st.get("median_ms")
+        out[f"{side}_n"] = st.get("n")
+    phases = (r.get("meta") or {}).get("device_phases") or []
+    out["host_busy"] = next(
+        (
+            ph.get("host_busy")
+            for ph in phases
+            if ph.get("phase") == "time" and ph.get("mode") == "exclusive"
+        ),
+        None,
+    )
+    return out
+
+
+def _sides_md(a: dict[str, Any], b: dict[str, Any]) -> str:
+    def ms(x: Any) -> str:
+        return "?" if x is None else f"{x:.4g}"
+
+    parts = [
+        f"{side} {ms(a.get(side + '_ms'))} -> {ms(b.get(side + '_ms'))} ms "
+        f"(n {a.get(side + '_n')} -> {b.get(side + '_n')})"
+        for side in ("candidate", "eager")
+    ]
+    if a.get("host_busy") is not None or b.get("host_busy") is not None:
+        parts.append(f"host busy {a.get('host_busy')} -> {b.get('host_busy')}")
+    return "; ".join(parts)
+
+
 def compare(
     a: list[dict[str, Any]], b: list[dict[str, Any]], tol: float = SPEEDUP_TOL
 ) -> dict[str, Any]:
@@ -896,6 +932,8 @@ def compare(
                     "b": round(sb, 4),
                     "dev": round(dev, 4),
                     "within": abs(dev) <= tol,
+                    "a_timed": timed_sides(ra),
+                    "b_timed": timed_sides(rb),
                 }
             )
     outside = [s for s in speed if not s["within"]]
@@ -928,7 +966,8 @@ def compare_md(c: dict[str, Any]) -> str:
             f"- {d['id']}: {d['a']} vs {d['b']} ({d['a_message'][:100]} | {d['b_message'][:100]})"
         )
     for s in c["speedups_outside"]:
-        lines.append(f"- {s['id']}: {s['a']}x vs {s['b']}x ({s['dev']:+.1%})")
+        sides = _sides_md(s.get("a_timed") or {}, s.get("b_timed") or {})
+        lines.append(f"- {s['id']}: {s['a']}x vs {s['b']}x ({s['dev']:+.1%}): {sides}")
     return "\n".join(lines) + "\n"
 
 

@@ -272,6 +272,20 @@ def test_compare_verdicts_and_speedups(tmp_path):
     assert not c["verdicts_identical"] and [d["id"] for d in c["verdicts_differ"]] == ["c2"]
     assert [s["id"] for s in c["speedups_outside"]] == ["c1"] and c["only_b"] == ["c7"]
     assert "differ: 1" in tp.compare_md(c)
+    # a speed-up outside says what it was made of: each side's median and samples, and how busy
+    # the host was during the exclusive timed hold
+    for r, cand, busy in ((a[1], 1.0, 0.25), (b[1], 0.952, 0.875)):
+        r["timing"] = {
+            "candidate": {"median_ms": cand, "n": 40},
+            "eager": {"median_ms": 1.0, "n": 12},
+        }
+        r["meta"]["device_phases"] = [
+            {"phase": "verify", "mode": "shared"},
+            {"phase": "time", "mode": "exclusive", "host_busy": busy},
+        ]
+    md = tp.compare_md(tp.compare(a, b))
+    assert "- c1: 1.0x vs 1.05x (-4.8%): candidate 1 -> 0.952 ms (n 40 -> 40)" in md
+    assert "eager 1 -> 1 ms (n 12 -> 12); host busy 0.25 -> 0.875" in md
     # the CLI: exit 1 when they differ, 0 when identical
     for name, rows in (("a", a), ("b", b)):
         (tmp_path / name).mkdir()

@@ -3,6 +3,7 @@ writers block new readers, ``alone`` waits for every other occupant to leave."""
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -250,3 +251,36 @@ def test_present_occupant_gets_its_shared_hold_beside_a_waiting_alone_request():
     for t in (t2, t3):
         t.join(5)
     assert order[-2:] == ["alone2 in", "late in"]
+
+
+def test_an_exclusive_hold_records_how_busy_the_host_was():
+    """An exclusive (timed) hold says what fraction of the host's CPU time was busy while it was
+    held (all of it with a process spinning on each CPU); shared holds say nothing of it."""
+    import subprocess
+    import sys
+
+    g = DeviceGate("busy")
+
+    def held(spinners: int) -> float:
+        procs = [
+            subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(spinners)
+        ]
+        try:
+            time.sleep(0.3 if spinners else 0)  # the spinners are running before the hold
+            o = Occupant("timed")
+            with g.exclusive(o, "time"):
+                time.sleep(1.0)
+            with g.shared(o, "verify"):
+                pass
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+        timed, shared = o.phases
+        assert "host_busy" not in shared
+        assert 0.0 <= timed["host_busy"] <= 1.0
+        return timed["host_busy"]
+
+    held(0)  # whatever else runs on this host (another test worker): a fraction, no more
+    # a spinner per CPU: the host was busy all the time the hold lasted
+    assert held(os.cpu_count() or 1) >= 0.9

@@ -73,7 +73,9 @@ class Occupant:
 
     name: str = ""
     overlapped: bool = False
-    # one dict per gate hold: {"phase", "mode": "shared"|"exclusive", "t0", "t1"} (time.time())
+    # one dict per gate hold: {"phase", "mode": "shared"|"exclusive", "t0", "t1"} (time.time());
+    # an exclusive one also "host_busy": the host's CPUs' busy fraction over the hold (what the
+    # host did around a timed section; None where /proc/stat cannot be read)
     phases: list[dict[str, Any]] = field(default_factory=list)
     waited_s: dict[str, float] = field(default_factory=dict)  # per mode, seconds spent waiting
 
@@ -347,10 +349,11 @@ class DeviceGate:
             end(occ)
             raise
         rec = _start(occ, phase, mode, time.monotonic() - t)
+        cpu0 = host_cpu_jiffies() if rec is not None and mode == "exclusive" else None
         try:
             yield
         finally:
-            _stop(rec)
+            _stop(rec, cpu0)
             try:
                 self._host_release(fd)
             finally:
@@ -366,6 +369,20 @@ class DeviceGate:
             HostLock.release(fd)
 
 
+def host_cpu_jiffies() -> tuple[int, int] | None:
+    """(busy, total) CPU time of the whole host since boot, in jiffies (``/proc/stat``'s first
+    line; idle and iowait are not busy); None where it cannot be read."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    if len(fields) < 5:
+        return None
+    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal (guest is in user)
+    return total - fields[3] - fields[4], total
+
+
 def _start(occ: Occupant | None, phase: str, mode: str, waited: float) -> dict[str, Any] | None:
     if occ is None:
         return None
@@ -375,9 +392,16 @@ def _start(occ: Occupant | None, phase: str, mode: str, waited: float) -> dict[s
     return rec
 
 
-def _stop(rec: dict[str, Any] | None) -> None:
-    if rec is not None:
-        rec["t1"] = round(time.time(), 6)
+def _stop(rec: dict[str, Any] | None, cpu0: tuple[int, int] | None = None) -> None:
+    if rec is None:
+        return
+    rec["t1"] = round(time.time(), 6)
+    if rec["mode"] == "exclusive":
+        cpu1 = host_cpu_jiffies()
+        busy = None
+        if cpu0 is not None and cpu1 is not None and cpu1[1] > cpu0[1]:
+            busy = round((cpu1[0] - cpu0[0]) / (cpu1[1] - cpu0[1]), 3)
+        rec["host_busy"] = busy
 
 
 _GATES: dict[str, DeviceGate] = {}
