@@ -175,10 +175,28 @@ def _checker():
     return mod
 
 
+def _expected_result(e: Entry, policy: str, speedup: float, meta: dict):
+    """The result `kernelbench-eval run` writes when ``e`` gets its expected verdict under
+    ``policy`` (its expected rejection, else ok at ``speedup``)."""
+    from cuda_agent.records import EvalResult, GuardViolation
+
+    status, code = e.expected.expected(policy)
+    return EvalResult(
+        task_id=e.candidate.task.id,
+        solution_id=e.candidate.solution.id,
+        backend="cuda",
+        device="NVIDIA H200",
+        status=status,
+        guards=[GuardViolation(code=code, severity="reject", message="x")] if code else [],
+        speedup_vs_eager=None if code else speedup,
+        meta=meta,
+    )
+
+
 def test_gpu_checker_on_synthetic_results(tmp_path, capsys):
     """benchmarks/positive_corpus.py check: table, false rejections and the 3% rule, on
     results written as `kernelbench-eval run` writes them (level 1 of the corpus)."""
-    from cuda_agent.records import EvalResult, GuardViolation, RecordWriter
+    from cuda_agent.records import GuardViolation, RecordWriter
 
     bench = _checker()
     corpus = load_corpus(levels={1})
@@ -187,18 +205,7 @@ def test_gpu_checker_on_synthetic_results(tmp_path, capsys):
         p = tmp_path / name
         w = RecordWriter(p)
         for i, e in enumerate(corpus.entries):
-            status, code = e.expected.expected(policy)
-            guards = [GuardViolation(code=code, severity="reject", message="x")] if code else []
-            r = EvalResult(
-                task_id=e.candidate.task.id,
-                solution_id=e.candidate.solution.id,
-                backend="cuda",
-                device="NVIDIA H200",
-                status=status,
-                guards=guards,
-                speedup_vs_eager=None if code else 1.0 + i / 10,
-                meta={"guard_policy": policy},
-            )
+            r = _expected_result(e, policy, 1.0 + i / 10, {"guard_policy": policy})
             w.write(tweak(e, r))
         w.close()
         return p
@@ -284,7 +291,7 @@ def test_gpu_checker_summarises_the_robust_setting(tmp_path, capsys):
     reference's instability skipped; on plain results it says nothing of it."""
     import msgspec
 
-    from cuda_agent.records import EvalResult, GuardViolation, RecordWriter
+    from cuda_agent.records import RecordWriter
 
     bench = _checker()
     corpus = load_corpus(levels={1})
@@ -296,8 +303,6 @@ def test_gpu_checker_summarises_the_robust_setting(tmp_path, capsys):
         p = tmp_path / name
         with RecordWriter(p) as w:
             for e in corpus.entries:
-                status, code = e.expected.expected("strict")
-                guards = [GuardViolation(code=code, severity="reject", message="x")] if code else []
                 meta: dict = {"guard_policy": "strict"}
                 if robust:
                     meta["stress_trials"] = {
@@ -307,16 +312,7 @@ def test_gpu_checker_summarises_the_robust_setting(tmp_path, capsys):
                         ],
                     }
                     meta["shape_check"] = {"passed": True}
-                r = EvalResult(
-                    task_id=e.candidate.task.id,
-                    solution_id=e.candidate.solution.id,
-                    backend="cuda",
-                    device="NVIDIA H200",
-                    status=status,
-                    guards=guards,
-                    speedup_vs_eager=None if code else 1.5,
-                    meta=meta,
-                )
+                r = _expected_result(e, "strict", 1.5, meta)
                 if robust and r.solution_id == stress_fail:
                     failed = [{"trial": 6, "variant": "denormal", "message": "mismatch"}]
                     r = msgspec.structs.replace(
