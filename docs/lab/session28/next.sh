@@ -18,8 +18,9 @@
 #        passing and why in robust/check.md; then the GPU tests of the stress trials and the
 #        shape check; carry .whl
 #   MA:  issue 31's H200 items, part 2: a real subset (PROBLEMS, default level 1 problems
-#        19,23,24, the positive corpus's solutions) run with the compile baseline in default and
-#        in max-autotune mode, and one `kernelbench-eval report` over both; carry .whl
+#        1,12,95: a matmul, a diagonal matmul, a cross-entropy; small to medium inputs) run with
+#        the compile baseline in default and in max-autotune mode, and one `kernelbench-eval
+#        report` over both; carry .whl
 #   ACC: issue 30's "fixture runs unchanged": the command of docs/performance.md's fused-task
 #        batch row (2026-12-01, 51e9c42: 16 of 16, 8 pass / 4 incorrect / 4 compile errors,
 #        298.6 per GPU-hour; the agent's tool iteration 1.28 / 15.56 / 30.10 s at c1f7f97) on
@@ -53,7 +54,7 @@ case ${CALL:?CALL=AG, KT, SER, R31, MA or ACC} in
     . bin/gpu-env.sh; B=packages/kernelbench-eval/benchmarks; M=${OUT:-gpu-out}/autotune; mkdir -p "$M"
     for mode in default max-autotune; do
       timeout -k 5 $(( $(left) / 2 - 20 )) python3 $B/positive_corpus.py run --policy kernelbench --runs 1 \
-        --levels 1 --problems "${PROBLEMS:-19,23,24}" --compile-baseline --baseline-compile-mode $mode \
+        --levels 1 --problems "${PROBLEMS:-1,12,95}" --compile-baseline --baseline-compile-mode $mode \
         --paired-eager --out "$M" > "$M/check-$mode.md" 2> "$M/run-$mode.log"
     done
     cat "$M"/results-*.jsonl | python3 -m cuda_agent.kernelbench_eval.cli report --tasks "$M/tasks.jsonl" \
