@@ -166,3 +166,40 @@ def test_rule_breaking_policy_is_rejected(tmp_path, env, tok):
     # evaluated in the environment's pool; a static rejection needs no device worker
     assert t.eval_result.meta.get("pool_pid") == os.getpid()
     assert "worker" not in t.eval_result.meta
+
+
+def test_a_timed_section_waits_for_a_running_command(tmp_path, env, reach_for_other_users):
+    """A workspace command can run anything on the device, so it holds the device's gate shared
+    while it runs: a timed (exclusive) section asked for meanwhile starts only once it has
+    ended. The workspace's own profile.py, timing inside a command, does not wait for it."""
+    import threading
+    import time
+
+    from cuda_agent.sandbox.gate import Occupant, device_gate
+
+    reach_for_other_users(tmp_path)
+    task = Task.make("ReLU", REF, level=1)
+    ws = env.make_workspace(task, tmp_path / "ws")
+    out: list = []
+    cmd = threading.Thread(
+        target=lambda: out.append(env.bash(ws, "touch started; sleep 2; date +%s.%N > ended", 60))
+    )
+    cmd.start()
+    deadline = time.monotonic() + 60
+    while not (ws / "started").exists():
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.02)
+    occ = Occupant("timed")
+    with device_gate("host").exclusive(occ, "time"):
+        began = time.time()
+    cmd.join(60)
+    assert out and out[0].exit_code == 0, out
+    assert began >= float((ws / "ended").read_text())
+    # a tool that times inside a command (exclusive, in its own scratch directory's lock) does
+    # not wait for the command it runs in
+    (ws / "kernels" / "relu.cpp").write_text(KERNEL)
+    (ws / "kernels" / "relu_binding.cpp").write_text(BINDING)
+    (ws / "model_new.py").write_text(MODEL_NEW)
+    r = env.bash(ws, "rm kernels/example_axpby* && python utils/profile.py", 300)
+    assert r.exit_code == 0 and not r.timed_out, r.output[-2000:]
+    assert "speed" in r.output.lower(), r.output[-2000:]
