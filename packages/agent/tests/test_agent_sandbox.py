@@ -201,5 +201,6 @@ def test_a_timed_section_waits_for_a_running_command(tmp_path, env, reach_for_ot
     (ws / "kernels" / "relu_binding.cpp").write_text(BINDING)
     (ws / "model_new.py").write_text(MODEL_NEW)
     r = env.bash(ws, "rm kernels/example_axpby* && python utils/profile.py", 300)
-    assert r.exit_code == 0 and not r.timed_out, r.output[-2000:]
-    assert "speed" in r.output.lower(), r.output[-2000:]
+    # it came to a verdict well within its limit (where the test run's own $CUDA_AGENT_CACHE is
+    # read-only to the command, that verdict is the baseline cache's infra_error: still an end)
+    assert not r.timed_out and "status:" in r.output, r.output[-2000:]
