@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import weakref
 from collections.abc import Sequence
@@ -59,20 +58,18 @@ class SandboxEnv:
         )
 
     def bash(self, root: Path, command: str, timeout: float) -> BashOutput:
-        """Run ``command`` in the workspace ``root``, confined. The command holds the gates of
-        this environment's devices shared for its whole time (a lengthy hold): a command line
-        can run any program on the device, so nothing this process times there overlaps it (a
-        timed section waits for the commands running; new commands wait behind a waiting one).
-        The command's own tools (``utils/profile.py``) lock in its scratch directory
-        (``$TMPDIR``), not the evaluator's gate directory, so they never wait for their own
-        command."""
+        """Run ``command`` in the workspace ``root``, confined, holding this environment's
+        devices' gates shared while it runs (``exec_command``'s ``hold_devices``): no timed
+        evaluation on them overlaps a command."""
         from cuda_agent.sandbox.execute import exec_shell
-        from cuda_agent.sandbox.gate import device_gate
 
-        with contextlib.ExitStack() as held:
-            for d in self._command_domains():
-                held.enter_context(device_gate(d).shared(None, "workspace command", lengthy=True))
-            out = exec_shell(root, command, timeout=timeout, config=self.config)
+        out = exec_shell(
+            root,
+            command,
+            timeout=timeout,
+            config=self.config,
+            hold_devices=self._command_domains(),
+        )
         text = out.stdout + (("\n" + out.stderr) if out.stderr else "")
         if out.killed_for or out.signal:
             text += f"\n[{out.describe()}]"
@@ -82,12 +79,12 @@ class SandboxEnv:
         """The timing domains a workspace command holds: the host on the cpu backend; on cuda
         the GPUs of this environment's pool (its ``gpus``, else the first visible GPU)."""
         from cuda_agent.sandbox.gate import domain_of
-        from cuda_agent.sandbox.pool import visible_gpus
+        from cuda_agent.sandbox.pool import pool_gpus
 
         if self.backend != "cuda":
             return [domain_of(self.backend, None)]
-        devs = self._gpus or list(getattr(self._pool, "devices", None) or [])
-        return [domain_of("cuda", d) for d in devs or visible_gpus()[:1] or ["0"]]
+        given = getattr(self._pool, "devices", None) if self._gpus is None else self._gpus
+        return [domain_of("cuda", d) for d in pool_gpus(given)]
 
     def evaluate(self, candidate: Candidate) -> EvalResult:
         from cuda_agent.sandbox.evaluate import evaluate

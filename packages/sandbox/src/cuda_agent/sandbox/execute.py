@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .gate import device_gate
 from .isolation import Limits, Outcome, caps, give_tree, run_confined, sandbox_uid
 from .toolchain import READ_ALSO_ENV
 
@@ -147,6 +150,7 @@ def exec_command(
     max_output: int = 30000,
     network: bool = False,
     config: SandboxConfig | None = None,
+    hold_devices: Sequence[str] = (),
 ) -> Outcome:
     """Run ``argv`` in ``workspace``: its own session and process group (all killed at the
     limit), no network unless asked, limits on processes and file size, writes confined to the
@@ -155,7 +159,12 @@ def exec_command(
     unprivileged uid that is given the workspace, its scratch directory and its tools' cache for
     the command's time: root inside a mount namespace could remount the read-only views
     writable. ``config``: the evaluation's :class:`SandboxConfig`, whose cache the tools read
-    (default ``SandboxConfig()``)."""
+    (default ``SandboxConfig()``). ``hold_devices``: timing domains (``gate.domain_of``) whose
+    gates the command holds shared for its whole time (a lengthy hold, host-wide): a command line
+    can run any program on them, so nothing timed there overlaps it (a timed section waits for
+    the commands running; new ones wait behind a waiting one). Its own tools
+    (``utils/profile.py``) lock in its scratch directory (``$TMPDIR``), not the evaluator's gate
+    directory, so they never wait for the command they run in."""
     ws = Path(workspace).resolve()
     # the workspace's utils/ build and evaluate through this package, into a cache of their own
     # that also reads (never writes) the trusted one
@@ -172,13 +181,18 @@ def exec_command(
     env["CUDA_AGENT_SANDBOX_CACHE"] = str(cache)
     env[READ_ALSO_ENV] = str(trusted_cache_root(config))
     lim = Limits(timeout_s=timeout, output_cap=max_output, no_network=not network, rss_mb=None)
-    with sandbox_uid(lim) as uid:
-        if uid is not None:
-            check_workspace_reachable(ws)
-            for d in (ws, cache, tmp):
-                give_tree(d, uid)
-            env["HOME"] = str(tmp)  # root's home is not the command's
-        return run_confined(argv, cwd=ws, env=env, limits=lim, writable=[ws, tmp, cache], uid=uid)
+    with contextlib.ExitStack() as held:
+        for domain in hold_devices:  # before the uid: a command waiting here leases none
+            held.enter_context(device_gate(domain).shared(None, "workspace command", lengthy=True))
+        with sandbox_uid(lim) as uid:
+            if uid is not None:
+                check_workspace_reachable(ws)
+                for d in (ws, cache, tmp):
+                    give_tree(d, uid)
+                env["HOME"] = str(tmp)  # root's home is not the command's
+            return run_confined(
+                argv, cwd=ws, env=env, limits=lim, writable=[ws, tmp, cache], uid=uid
+            )
 
 
 def exec_shell(workspace: str | os.PathLike[str], command: str, **kw) -> Outcome:

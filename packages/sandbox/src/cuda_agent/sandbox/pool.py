@@ -44,6 +44,11 @@ from .gate import device_gate, domain_of
 from .windowed import map_as_done, map_in_order
 
 
+def pool_gpus(gpus: Sequence[str] | None) -> list[str]:
+    """The GPUs a cuda pool on ``gpus`` uses: those given, else the first visible one."""
+    return list(gpus) if gpus else (visible_gpus()[:1] or ["0"])
+
+
 def visible_gpus() -> list[str]:
     """GPU indices visible to this process ($CUDA_VISIBLE_DEVICES, else nvidia-smi)."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -103,7 +108,7 @@ class SandboxPool:
         self.backend = resolve_backend(self.config.backend)
         install_timing_cpus(self.config.timing_cpus)  # before any process is started
         if self.backend == "cuda":
-            devs = list(gpus) if gpus else (visible_gpus()[:1] or ["0"])
+            devs = pool_gpus(gpus)
             per = max(1, workers_per_device or self.config.workers_per_gpu)
             workers = [(d, domain_of("cuda", d)) for d in devs for _ in range(per)]
             self.mem_fraction: float | None = GPU_MEMORY_SHARE / per if per > 1 else None
