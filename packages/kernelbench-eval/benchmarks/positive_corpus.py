@@ -284,6 +284,10 @@ def _sh(args: list[str], stdin: Path | None, stdout: Path | None) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
+    if a.baseline_compile_mode and not a.compile_baseline:
+        raise SystemExit(
+            "--baseline-compile-mode needs --compile-baseline (no compile baseline is timed)"
+        )
     out: Path = a.out
     out.mkdir(parents=True, exist_ok=True)
     tasks, cands = out / "tasks.jsonl", out / "candidates.jsonl"

@@ -335,3 +335,10 @@ def test_gpu_checker_summarises_the_robust_setting(tmp_path, capsys):
     assert f"Robust setting: {n - 2} of {n} solutions expected `ok` under `strict` passed" in out
     assert "| stress trial `denormal` | 1 |" in out and "| shape check | 1 |" in out
     assert f"the reference unstable under them: `near_max` {n - 1}" in out
+
+
+def test_gpu_checker_refuses_a_compile_mode_without_a_compile_baseline(tmp_path):
+    bench = _checker()
+    with pytest.raises(SystemExit, match="needs --compile-baseline"):
+        bench.main(["run", "--out", str(tmp_path), "--baseline-compile-mode", "max-autotune"])
+    assert not any(tmp_path.iterdir())  # refused before anything ran
