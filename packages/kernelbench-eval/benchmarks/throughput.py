@@ -1356,8 +1356,11 @@ def main(argv: list[str] | None = None) -> int:
     o = sub.add_parser("ours", help="the batch through kernelbench-eval run")
     o.add_argument("--batch", type=Path, required=True)
     o.add_argument("--out", type=Path, required=True, help="folder: results.jsonl, run.json")
-    o.add_argument("--serial", action="store_true", help="one candidate at a time, one worker")
-    o.add_argument(
+    serial_modes = o.add_mutually_exclusive_group()
+    serial_modes.add_argument(
+        "--serial", action="store_true", help="one candidate at a time, one worker"
+    )
+    serial_modes.add_argument(
         "--serial-device",
         action="store_true",
         help="one candidate at a time on the device (one device worker), compiles ahead",
