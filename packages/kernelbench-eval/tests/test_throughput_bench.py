@@ -724,7 +724,11 @@ def test_service_gives_the_local_pools_verdicts_cpu(tmp_path, fixture_batch, our
         text=True,
         timeout=60,
     )
-    assert q.returncode == 0 and "**identical**" in q.stdout, q.stdout + q.stderr
+    # verdicts are held strictly; the speed-up of a 0.04 ms cpu-backend fixture can double on a
+    # loaded host, so the CLI's exit status is checked to agree with its own comparison
+    assert "**identical**" in q.stdout, q.stdout + q.stderr
+    assert q.returncode == (0 if c["speedups_within_tol"] else 1), q.stdout + q.stderr
+    assert ("outside 100%" in q.stdout) != c["speedups_within_tol"], q.stdout
     md = subprocess.run(
         [*cli, "summary", str(out), "--md"], capture_output=True, text=True, timeout=60
     ).stdout
