@@ -35,6 +35,13 @@ REPORT: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
 TCFG = json.dumps({"time_cap_s": 3.0, "warmup_max_s": 1.0})
 
 
+def _gpus_used(rows: list[dict]) -> int:
+    """The GPUs that ran any of ``rows`` (their device worker labels), at least 1."""
+    return max(
+        1, len({str(w) for r in rows if (w := (r.get("meta") or {}).get("worker")) is not None})
+    )
+
+
 def left() -> float:
     return BUDGET - (time.monotonic() - T0)
 
@@ -539,15 +546,13 @@ def section_d() -> None:
         "of": len(cands),
         "complete": COMPLETE.get(tag, False),
         "wall_s": round(wall, 1),
-        # one device worker label per GPU: candidates per hour over the GPUs that worked
-        "gpus_used": max(1, len({str((r.get("meta") or {}).get("worker")) for r in rows})),
+        # one device worker label per GPU: candidates per hour over the GPUs that worked (a
+        # compile error or static reject has no worker and is no GPU)
+        "gpus_used": _gpus_used(rows),
         "per_hour": round(len(rows) / wall * 3600, 1) if rows else 0,
         "per_gpu_hour": (
             round(
-                len(rows)
-                / wall
-                * 3600
-                / max(1, len({str((r.get("meta") or {}).get("worker")) for r in rows})),
+                len(rows) / wall * 3600 / _gpus_used(rows),
                 1,
             )
             if rows
