@@ -526,6 +526,7 @@ def section_d() -> None:
     for r in rows:
         for k, v in ((r.get("meta") or {}).get("stages_s") or {}).items():
             stages[k] = stages.get(k, 0.0) + v
+    gpus_used = _gpus_used(rows)
     REPORT[tag] = {
         "gpus": os.environ.get("D_GPUS") or "default (first visible)",
         "workers_per_gpu": wpg,
@@ -548,11 +549,11 @@ def section_d() -> None:
         "wall_s": round(wall, 1),
         # one device worker label per GPU: candidates per hour over the GPUs that worked (a
         # compile error or static reject has no worker and is no GPU)
-        "gpus_used": _gpus_used(rows),
+        "gpus_used": gpus_used,
         "per_hour": round(len(rows) / wall * 3600, 1) if rows else 0,
         "per_gpu_hour": (
             round(
-                len(rows) / wall * 3600 / _gpus_used(rows),
+                len(rows) / wall * 3600 / gpus_used,
                 1,
             )
             if rows
